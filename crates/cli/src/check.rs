@@ -1,0 +1,189 @@
+//! `promptforge check FILE...`: parse each file, report every problem, run nothing.
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use clap::Args;
+use promptforge_engine::first_step;
+use promptforge_syntax::Prompt;
+use serde::Serialize;
+
+use crate::source::{display_location, read_prompt};
+
+#[derive(Debug, Args)]
+pub struct CheckArgs {
+    /// Print a JSON list of results instead of text.
+    #[arg(long)]
+    json: bool,
+    /// Prompt files to check.
+    #[arg(required = true, value_name = "FILE")]
+    files: Vec<PathBuf>,
+}
+
+/// One file's problem, as `--json` prints it.
+#[derive(Debug, Serialize)]
+struct Problem {
+    kind: String,
+    message: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    line: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    column: Option<u32>,
+}
+
+/// A clean file's summary, as `--json` prints it.
+#[derive(Debug, Serialize)]
+struct Summary {
+    name: String,
+    title: String,
+    sections: usize,
+    blocks: usize,
+    lua_blocks: usize,
+    shared_library: bool,
+    roles: Vec<String>,
+    slots: Vec<String>,
+    plugins: Vec<String>,
+}
+
+#[derive(Debug, Serialize)]
+struct FileReport {
+    file: String,
+    ok: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    summary: Option<Summary>,
+    problems: Vec<Problem>,
+}
+
+fn summarize(prompt: &Prompt) -> Summary {
+    let fm = &prompt.frontmatter;
+    let blocks = prompt.h1_blocks.len()
+        + prompt
+            .sections
+            .iter()
+            .map(|s| s.blocks.len())
+            .sum::<usize>();
+    Summary {
+        name: fm.name.clone(),
+        title: prompt.title.clone(),
+        sections: prompt.sections.len(),
+        blocks,
+        lua_blocks: prompt.lua_regions().count() - usize::from(prompt.shared.is_some()),
+        shared_library: prompt.shared.is_some(),
+        roles: fm.models.iter().map(|r| r.label.clone()).collect(),
+        slots: fm.tools.iter().map(|t| t.alias.clone()).collect(),
+        plugins: fm.plugins.iter().map(|p| p.id.clone()).collect(),
+    }
+}
+
+fn check_file(path: &Path) -> FileReport {
+    let file = path.display().to_string();
+    let text = match read_prompt(path) {
+        Ok(text) => text,
+        Err(message) => {
+            return FileReport {
+                file,
+                ok: false,
+                summary: None,
+                problems: vec![Problem {
+                    kind: "Io".into(),
+                    message,
+                    line: None,
+                    column: None,
+                }],
+            };
+        }
+    };
+    let parsed = Prompt::parse(&text);
+    let mut problems = Vec::new();
+    match &parsed {
+        Err(err) => {
+            let location = display_location(err);
+            problems.push(Problem {
+                kind: err.kind.to_string(),
+                message: err.message.clone(),
+                line: location.map(|l| l.0),
+                column: location.map(|l| l.1),
+            });
+        }
+        Ok(prompt) => {
+            // A file that parses but would be refused on its first step is still a problem.
+            if let Err(err) = first_step(Ok(prompt)) {
+                let kind = err
+                    .parse_kind
+                    .map_or(err.kind.to_string(), |k| k.to_string());
+                problems.push(Problem {
+                    kind,
+                    message: err.message,
+                    line: err.line,
+                    column: err.column,
+                });
+            }
+        }
+    }
+    FileReport {
+        file,
+        ok: problems.is_empty(),
+        summary: parsed.as_ref().ok().map(summarize),
+        problems,
+    }
+}
+
+fn list(names: &[String]) -> String {
+    if names.is_empty() {
+        "none".to_owned()
+    } else {
+        names.join(", ")
+    }
+}
+
+pub fn check(args: &CheckArgs) -> ExitCode {
+    let reports: Vec<FileReport> = args.files.iter().map(|f| check_file(f)).collect();
+    let failed = reports.iter().any(|r| !r.ok);
+    if args.json {
+        match serde_json::to_string_pretty(&reports) {
+            Ok(text) => println!("{text}"),
+            Err(e) => {
+                eprintln!("error: cannot encode the report: {e}");
+                return ExitCode::from(1);
+            }
+        }
+    } else {
+        for report in &reports {
+            for p in &report.problems {
+                match (p.line, p.column) {
+                    (Some(line), Some(col)) => println!(
+                        "{}:{line}:{col}: error[{}]: {}",
+                        report.file, p.kind, p.message
+                    ),
+                    _ => println!("{}: error[{}]: {}", report.file, p.kind, p.message),
+                }
+            }
+            if let (true, Some(s)) = (report.ok, &report.summary) {
+                println!(
+                    "{}: ok: `{}` ({}): {} section{}, {} block{} ({} lua{}); roles: {}; tool slots: {}; plugins: {}",
+                    report.file,
+                    s.title,
+                    s.name,
+                    s.sections,
+                    if s.sections == 1 { "" } else { "s" },
+                    s.blocks,
+                    if s.blocks == 1 { "" } else { "s" },
+                    s.lua_blocks,
+                    if s.shared_library {
+                        " + shared library"
+                    } else {
+                        ""
+                    },
+                    list(&s.roles),
+                    list(&s.slots),
+                    list(&s.plugins),
+                );
+            }
+        }
+    }
+    if failed {
+        ExitCode::from(1)
+    } else {
+        ExitCode::SUCCESS
+    }
+}

@@ -1,0 +1,33 @@
+//! The `promptforge` command-line Host.
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+mod check;
+mod run;
+mod source;
+
+/// PromptForge: run Markdown prompt programs.
+#[derive(Debug, Parser)]
+#[command(name = "promptforge", version, about, propagate_version = true)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Parse prompt files and report every problem without running anything.
+    Check(check::CheckArgs),
+    /// Run a prompt.
+    Run(run::RunArgs),
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match cli.command {
+        Command::Check(args) => check::check(&args),
+        Command::Run(args) => run::run(&args),
+    }
+}

@@ -1,0 +1,48 @@
+//! Reading prompt files and locating parse failures for display.
+
+use std::path::Path;
+
+use promptforge_syntax::{ParseError, ParseErrorKind};
+
+/// Read a prompt file as UTF-8 text, with an error message fit to show the user.
+pub fn read_prompt(path: &Path) -> Result<String, String> {
+    let bytes = std::fs::read(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+    String::from_utf8(bytes).map_err(|e| {
+        format!(
+            "{} is not valid UTF-8 (first bad byte at offset {})",
+            path.display(),
+            e.utf8_error().valid_up_to()
+        )
+    })
+}
+
+/// The line and column to show beside a parse failure. Lua compile failures carry no separate
+/// location (their position is inside the compiler's diagnostic), so for display the fault line
+/// is read back out of the `[string "..."]:N:` marker.
+pub fn display_location(err: &ParseError) -> Option<(u32, u32)> {
+    if let Some(line) = err.line {
+        return Some((line, err.column.unwrap_or(1)));
+    }
+    if err.kind == ParseErrorKind::Lua {
+        let after = err.message.split("\"]:").nth(1)?;
+        let digits: String = after.chars().take_while(char::is_ascii_digit).collect();
+        return digits.parse().ok().map(|line| (line, 1));
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lua_fault_line_is_read_from_the_diagnostic() {
+        let err = ParseError::new(
+            ParseErrorKind::Lua,
+            "lua compilation error at section `Check` epilog (line 13): [string \"section `Check` epilog\"]:14: ')' expected near <eof>",
+        );
+        assert_eq!(display_location(&err), Some((14, 1)));
+        let err = ParseError::new(ParseErrorKind::Structure, "prompt requires an H1 title");
+        assert_eq!(display_location(&err), None);
+    }
+}

@@ -1,0 +1,150 @@
+//! Run outcomes and run error kinds (chapter 16, "How a failed run is classified").
+
+use std::fmt;
+
+use promptforge_syntax::{ParseError, ParseErrorKind, Prompt};
+
+/// The twelve run error kinds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum RunErrorKind {
+    /// The file failed to parse, or has no `promptforge:` key.
+    Parse,
+    /// The `promptforge:` key declares a major other than 0.
+    Version,
+    /// A model role or handle could not be bound.
+    Binding,
+    /// A model call failed.
+    Completion,
+    /// A tool call failed.
+    Tool,
+    /// A store operation failed.
+    Vfs,
+    /// Unordered conflicting store access.
+    Determinism,
+    /// An uncaught Lua error.
+    Lua,
+    /// A log or memory quota was exceeded.
+    Quota,
+    /// The conversation no longer fits the model's context.
+    ContextExhausted,
+    /// A fault inside the Engine or Harness.
+    Internal,
+    /// Prepare refused the run.
+    RequirementsUnmet,
+}
+
+impl RunErrorKind {
+    /// The kind's name exactly as the spec writes it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RunErrorKind::Parse => "Parse",
+            RunErrorKind::Version => "Version",
+            RunErrorKind::Binding => "Binding",
+            RunErrorKind::Completion => "Completion",
+            RunErrorKind::Tool => "Tool",
+            RunErrorKind::Vfs => "Vfs",
+            RunErrorKind::Determinism => "Determinism",
+            RunErrorKind::Lua => "Lua",
+            RunErrorKind::Quota => "Quota",
+            RunErrorKind::ContextExhausted => "ContextExhausted",
+            RunErrorKind::Internal => "Internal",
+            RunErrorKind::RequirementsUnmet => "RequirementsUnmet",
+        }
+    }
+}
+
+impl fmt::Display for RunErrorKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A failed run's error: its kind, message, and for parse failures the parse details.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RunError {
+    /// The run error kind.
+    pub kind: RunErrorKind,
+    /// The message, exactly as the spec words it.
+    pub message: String,
+    /// For `Parse`: which part of the file failed.
+    pub parse_kind: Option<ParseErrorKind>,
+    /// For `Parse` (and `Version`): the 1-based file line, when known.
+    pub line: Option<u32>,
+    /// For `Parse` (and `Version`): the 1-based byte column, when known.
+    pub column: Option<u32>,
+}
+
+impl RunError {
+    /// A run error with no location.
+    pub fn new(kind: RunErrorKind, message: impl Into<String>) -> Self {
+        RunError {
+            kind,
+            message: message.into(),
+            parse_kind: None,
+            line: None,
+            column: None,
+        }
+    }
+}
+
+impl From<ParseError> for RunError {
+    fn from(err: ParseError) -> Self {
+        RunError {
+            kind: RunErrorKind::Parse,
+            message: err.message,
+            parse_kind: Some(err.kind),
+            line: err.line,
+            column: err.column,
+        }
+    }
+}
+
+impl fmt::Display for RunError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl std::error::Error for RunError {}
+
+/// How a run ended: exactly one of these.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Outcome {
+    /// The run completed with this result.
+    Completed(String),
+    /// The Host cancelled the run.
+    Cancelled,
+    /// The run failed.
+    Failed(RunError),
+}
+
+/// The major version this build runs.
+pub const SUPPORTED_MAJOR: u64 = 0;
+
+/// The run's first step, before anything executes: a file that failed to parse fails the run
+/// with `Parse`; a file without `promptforge:` fails with `Parse` (parse error kind
+/// `Structure`); any major other than 0 fails with `Version`. `Ok` means the run may go on.
+pub fn first_step(parsed: Result<&Prompt, &ParseError>) -> Result<(), RunError> {
+    let prompt = parsed.map_err(|e| RunError::from(e.clone()))?;
+    match &prompt.frontmatter.promptforge {
+        None => Err(RunError {
+            parse_kind: Some(ParseErrorKind::Structure),
+            ..RunError::new(
+                RunErrorKind::Parse,
+                "not a promptforge prompt: no promptforge version",
+            )
+        }),
+        Some(version) if version.major != SUPPORTED_MAJOR => Err(RunError {
+            line: Some(version.line),
+            column: Some(version.column),
+            ..RunError::new(
+                RunErrorKind::Version,
+                format!(
+                    "unsupported promptforge version: {} (this build supports major {SUPPORTED_MAJOR})",
+                    version.major
+                ),
+            )
+        }),
+        Some(_) => Ok(()),
+    }
+}

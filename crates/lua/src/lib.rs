@@ -1,0 +1,6 @@
+//! `promptforge-lua`: the section VM.
+//!
+//! A section VM is a fresh Lua 5.5 state per section entry: the sandbox (only `string`,
+//! `table`, `math` and the listed base functions), the Engine globals installed in the
+//! specified order, the guards on `var`, `sys` and `_G`, deterministic `pairs`/`next`, error
+//! values, and the yield shims through which suspending calls reach the engine. It does no I/O.

@@ -1,0 +1,649 @@
+//! The parsed prompt: frontmatter contract, H1 title and body, the section tree with its blocks
+//! and list items, and every Lua region compiled. [`Prompt::parse`] is the whole file grammar of
+//! chapters 01-03; it runs nothing.
+
+use std::collections::HashMap;
+
+use crate::compile::{Compiler, LuaRegion};
+use crate::error::{ParseError, ParseErrorKind};
+use crate::frontmatter::{Frontmatter, parse_frontmatter};
+use crate::scan::{self, FenceEnd, Item};
+
+/// Index of a section in [`Prompt::sections`] (file order).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct SectionId(pub usize);
+
+/// A prose block: Markdown text between fences, trimmed of surrounding blank lines.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProseBlock {
+    /// The raw Markdown (placeholders unrendered). Empty between back-to-back fences.
+    pub text: String,
+    /// The file line of the block's first text line (or of the fence that follows, if empty).
+    pub line: u32,
+}
+
+/// One block of the H1 body or of a section, in file order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Block {
+    /// Markdown prose: read by the next Lua block as `prose`, or commentary if none follows.
+    Prose(ProseBlock),
+    /// A compiled `lua` fence.
+    Lua(LuaRegion),
+}
+
+impl Block {
+    /// The Lua region, if this is a Lua block.
+    pub fn as_lua(&self) -> Option<&LuaRegion> {
+        match self {
+            Block::Lua(region) => Some(region),
+            Block::Prose(_) => None,
+        }
+    }
+}
+
+/// A section: a `##`..`######` heading and the content up to the next heading.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Section {
+    /// The heading text with markup stripped and whitespace trimmed.
+    pub name: String,
+    /// The heading level, 2 to 6.
+    pub level: u8,
+    /// The heading's file line.
+    pub line: u32,
+    /// The parent section; `None` for a top-level (H2) section.
+    pub parent: Option<SectionId>,
+    /// Child sections in file order.
+    pub children: Vec<SectionId>,
+    /// The section's own blocks (its content before its first child heading).
+    pub blocks: Vec<Block>,
+    /// The items of a list section, parsed at load; `None` for any other section.
+    pub items: Option<Vec<String>>,
+}
+
+impl Section {
+    /// The section's heading reference, e.g. `## Main`.
+    pub fn heading_ref(&self) -> String {
+        format!("{} {}", "#".repeat(usize::from(self.level)), self.name)
+    }
+
+    /// The Lua blocks of the section, in order.
+    pub fn lua_blocks(&self) -> impl Iterator<Item = &LuaRegion> {
+        self.blocks.iter().filter_map(Block::as_lua)
+    }
+}
+
+/// A parsed prompt file.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Prompt {
+    /// The frontmatter contract.
+    pub frontmatter: Frontmatter,
+    /// The H1 title (markup stripped, trimmed).
+    pub title: String,
+    /// The file line of the H1 heading.
+    pub title_line: u32,
+    /// The shared library from the H1 body's `lua shared` fence, if any.
+    pub shared: Option<LuaRegion>,
+    /// The H1 body's own blocks.
+    pub h1_blocks: Vec<Block>,
+    /// All sections in file order; the tree is formed by `parent`/`children`.
+    pub sections: Vec<Section>,
+    /// The top-level (H2) sections in file order.
+    pub top_level: Vec<SectionId>,
+}
+
+impl Prompt {
+    /// Parse a whole prompt file. Nothing runs; every Lua region is compiled.
+    pub fn parse(source: &str) -> Result<Prompt, ParseError> {
+        Parser::new(source).parse()
+    }
+
+    /// The section with this id.
+    pub fn section(&self, id: SectionId) -> Option<&Section> {
+        self.sections.get(id.0)
+    }
+
+    /// Every Lua region in file order (shared library included).
+    pub fn lua_regions(&self) -> impl Iterator<Item = &LuaRegion> {
+        self.shared
+            .iter()
+            .chain(self.h1_blocks.iter().filter_map(Block::as_lua))
+            .chain(self.sections.iter().flat_map(Section::lua_blocks))
+    }
+}
+
+/// The text of a heading with inline markup reduced to its text, as CommonMark renders it:
+/// code spans keep their content without backticks, emphasis and links keep only their text.
+pub fn heading_text(raw: &str) -> String {
+    use pulldown_cmark::{Event, Parser as Md, Tag, TagEnd};
+    // Parse as an ATX heading so the text is never read as a list or other block.
+    let source = format!("# {raw}");
+    let mut text = String::new();
+    let mut in_heading = false;
+    for event in Md::new(&source) {
+        match event {
+            Event::Start(Tag::Heading { .. }) => in_heading = true,
+            Event::End(TagEnd::Heading(_)) => in_heading = false,
+            Event::Text(t) | Event::Code(t) if in_heading => text.push_str(&t),
+            Event::SoftBreak | Event::HardBreak if in_heading => text.push(' '),
+            _ => {}
+        }
+    }
+    text.trim().to_owned()
+}
+
+/// Join text lines and trim the blank lines around them.
+fn prose_text(lines: &[(u32, &str)]) -> (String, Option<u32>) {
+    let start = lines.iter().position(|(_, l)| !l.trim().is_empty());
+    let end = lines.iter().rposition(|(_, l)| !l.trim().is_empty());
+    match (start, end) {
+        (Some(s), Some(e)) => {
+            let text = lines[s..=e]
+                .iter()
+                .map(|(_, l)| *l)
+                .collect::<Vec<_>>()
+                .join("\n");
+            (text, Some(lines[s].0))
+        }
+        _ => (String::new(), None),
+    }
+}
+
+/// Which part of the body a run of items belongs to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Part {
+    Notes,
+    H1,
+    Section(usize),
+}
+
+struct Parser<'a> {
+    source: &'a str,
+}
+
+/// A heading found in the body, with its extracted name.
+struct HeadingInfo {
+    level: u8,
+    name: String,
+    line: u32,
+    item: usize,
+}
+
+impl<'a> Parser<'a> {
+    fn new(source: &'a str) -> Self {
+        Parser {
+            source: source.strip_prefix('\u{feff}').unwrap_or(source),
+        }
+    }
+
+    fn parse(self) -> Result<Prompt, ParseError> {
+        let lines: Vec<(u32, &str)> = self
+            .source
+            .split('\n')
+            .enumerate()
+            .map(|(i, l)| {
+                let number = u32::try_from(i + 1).unwrap_or(u32::MAX);
+                (number, l.strip_suffix('\r').unwrap_or(l))
+            })
+            .collect();
+        // A trailing newline leaves one empty final piece that is not a line of the file.
+        let lines = match lines.split_last() {
+            Some(((_, ""), rest)) => rest.to_vec(),
+            _ => lines,
+        };
+
+        // Frontmatter delimiters, compared after trimming.
+        if lines.first().map(|(_, l)| l.trim()) != Some("---") {
+            return Err(ParseError::new(
+                ParseErrorKind::Frontmatter,
+                "file must begin with a --- frontmatter delimiter",
+            ));
+        }
+        let close = lines
+            .iter()
+            .skip(1)
+            .position(|(_, l)| l.trim() == "---")
+            .map(|p| p + 1)
+            .ok_or_else(|| {
+                ParseError::new(
+                    ParseErrorKind::Frontmatter,
+                    "frontmatter was not closed with ---",
+                )
+            })?;
+        let yaml = lines[1..close]
+            .iter()
+            .map(|(_, l)| *l)
+            .collect::<Vec<_>>()
+            .join("\n");
+        let frontmatter = parse_frontmatter(&yaml, 2)?;
+        let name = frontmatter.name.clone();
+        let body = &lines[close + 1..];
+        self.parse_body(frontmatter, body)
+            .map_err(|e| e.with_prompt_name(&name))
+    }
+
+    fn parse_body(
+        &self,
+        frontmatter: Frontmatter,
+        body: &[(u32, &str)],
+    ) -> Result<Prompt, ParseError> {
+        use ParseErrorKind::{Fence, Structure};
+        let items = scan::scan(body);
+
+        let headings: Vec<HeadingInfo> = items
+            .iter()
+            .enumerate()
+            .filter_map(|(index, item)| match item {
+                Item::Heading { level, text, line } => Some(HeadingInfo {
+                    level: *level,
+                    name: heading_text(text),
+                    line: *line,
+                    item: index,
+                }),
+                _ => None,
+            })
+            .collect();
+
+        // The H1 rules: exactly one, anywhere in the body (notes included), not empty.
+        let mut h1s = headings.iter().filter(|h| h.level == 1);
+        let h1 = h1s
+            .next()
+            .ok_or_else(|| ParseError::new(Structure, "prompt requires an H1 title"))?;
+        if let Some(second) = h1s.next() {
+            return Err(ParseError::at(
+                Structure,
+                "prompt must contain exactly one H1 title",
+                second.line,
+                1,
+            ));
+        }
+        if h1.name.is_empty() {
+            return Err(ParseError::at(
+                Structure,
+                "prompt H1 title must not be empty",
+                h1.line,
+                1,
+            ));
+        }
+        let title = h1.name.clone();
+
+        // The shared-fence count is checked before any placement.
+        let mut shared_fences = items.iter().filter_map(|item| match item {
+            Item::Fence(f) if f.shared => Some(f.open_line),
+            _ => None,
+        });
+        if let (Some(_), Some(second)) = (shared_fences.next(), shared_fences.next()) {
+            return Err(ParseError::at(
+                Fence,
+                "prompt allows at most one `lua shared` fence",
+                second,
+                1,
+            ));
+        }
+
+        // Walk the items in file order: place each into notes, the H1 body or a section,
+        // checking headings and fences as they come.
+        let mut sections: Vec<Section> = Vec::new();
+        let mut top_level: Vec<SectionId> = Vec::new();
+        // Stack of open sections (ids), deepest last.
+        let mut stack: Vec<usize> = Vec::new();
+        // Per parent (None = top level): sibling name -> first line.
+        let mut siblings: HashMap<(Option<usize>, String), u32> = HashMap::new();
+        // Items belonging to each part.
+        let mut h1_items: Vec<&Item> = Vec::new();
+        let mut section_items: Vec<Vec<&Item>> = Vec::new();
+        let mut part = Part::Notes;
+        let mut heading_iter = headings.iter().peekable();
+
+        for (index, item) in items.iter().enumerate() {
+            if let Item::Heading { .. } = item {
+                let Some(heading) = heading_iter.next().filter(|h| h.item == index) else {
+                    continue;
+                };
+                if part == Part::Notes {
+                    if heading.item == h1.item {
+                        part = Part::H1;
+                    }
+                    continue;
+                }
+                // After the H1 every heading is a section heading (levels 2..6).
+                let level = heading.level;
+                if heading.name.is_empty() {
+                    return Err(ParseError::at(
+                        Structure,
+                        format!("an H{level} section heading must not be empty"),
+                        heading.line,
+                        1,
+                    ));
+                }
+                while let Some(&top) = stack.last() {
+                    if sections[top].level >= level {
+                        stack.pop();
+                    } else {
+                        break;
+                    }
+                }
+                let parent_level = stack.last().map_or(1, |&p| sections[p].level);
+                if level != parent_level + 1 {
+                    return Err(ParseError::at(
+                        Structure,
+                        format!(
+                            "section `{}` is an orphan H{level} heading with no parent H{}",
+                            heading.name,
+                            level - 1
+                        ),
+                        heading.line,
+                        1,
+                    ));
+                }
+                let parent = stack.last().copied();
+                let key = (parent, heading.name.clone());
+                if let Some(first) = siblings.get(&key) {
+                    return Err(ParseError::at(
+                        Structure,
+                        format!(
+                            "duplicate sibling section name `{}`: first declared at line {first}, again at line {}; sibling section names must be unique",
+                            heading.name, heading.line
+                        ),
+                        heading.line,
+                        1,
+                    ));
+                }
+                siblings.insert(key, heading.line);
+                let id = sections.len();
+                sections.push(Section {
+                    name: heading.name.clone(),
+                    level,
+                    line: heading.line,
+                    parent: parent.map(SectionId),
+                    children: Vec::new(),
+                    blocks: Vec::new(),
+                    items: None,
+                });
+                section_items.push(Vec::new());
+                match parent {
+                    Some(p) => sections[p].children.push(SectionId(id)),
+                    None => top_level.push(SectionId(id)),
+                }
+                stack.push(id);
+                part = Part::Section(id);
+                continue;
+            }
+            if let Item::Fence(fence) = item
+                && fence.shared
+                && part != Part::H1
+            {
+                return Err(ParseError::at(
+                    Fence,
+                    "`lua shared` fence is allowed only in H1",
+                    fence.open_line,
+                    1,
+                ));
+            }
+            match part {
+                Part::Notes => {}
+                Part::H1 => h1_items.push(item),
+                Part::Section(id) => section_items[id].push(item),
+            }
+        }
+
+        // Fence closure errors, with the block position the fence would have had.
+        let check_fences = |owner: &str, part_items: &[&Item]| -> Result<(), ParseError> {
+            // The shared fence is not a block, so it is checked on its own.
+            for item in part_items {
+                if let Item::Fence(fence) = item
+                    && fence.shared
+                {
+                    match fence.end {
+                        FenceEnd::Closed => {}
+                        FenceEnd::Unclosed => {
+                            return Err(ParseError::at(
+                                Fence,
+                                "prompt `lua shared` fence is not closed",
+                                fence.open_line,
+                                1,
+                            ));
+                        }
+                        FenceEnd::Inexact => {
+                            return Err(ParseError::at(
+                                Fence,
+                                format!("section `{owner}` `lua` fence is not closed exactly"),
+                                fence.open_line,
+                                1,
+                            ));
+                        }
+                    }
+                }
+            }
+            let shaped = shape_blocks(part_items);
+            for (position, fence) in shaped.fences {
+                match fence.end {
+                    FenceEnd::Closed => {}
+                    FenceEnd::Unclosed => {
+                        let word = match position {
+                            Position::Prologue => "prologue ",
+                            Position::Epilog => "epilog ",
+                            Position::Middle => "",
+                        };
+                        return Err(ParseError::at(
+                            Fence,
+                            format!("section `{owner}` {word}`lua` fence is not closed"),
+                            fence.open_line,
+                            1,
+                        ));
+                    }
+                    FenceEnd::Inexact => {
+                        return Err(ParseError::at(
+                            Fence,
+                            format!("section `{owner}` `lua` fence is not closed exactly"),
+                            fence.open_line,
+                            1,
+                        ));
+                    }
+                }
+            }
+            Ok(())
+        };
+        check_fences(&title, &h1_items)?;
+        for (section, part_items) in sections.iter().zip(&section_items) {
+            check_fences(&section.name, part_items)?;
+        }
+
+        // List sections.
+        for (section, part_items) in sections.iter_mut().zip(&section_items) {
+            section.items = list_items(&section.name, part_items)?;
+        }
+
+        // Blocks, compiled in file order.
+        let compiler = Compiler::new()?;
+        let mut shared = None;
+        let h1_shape = shape_blocks(&h1_items);
+        if let Some(fence) = h1_items.iter().find_map(|item| match item {
+            Item::Fence(f) if f.shared => Some(f),
+            _ => None,
+        }) {
+            shared = Some(compiler.compile(
+                "prompt shared library".to_owned(),
+                fence.open_line + 1,
+                fence.source.clone(),
+            )?);
+        }
+        let h1_label = format!("H1 `{title}` lua");
+        let h1_blocks = h1_shape.into_blocks(&compiler, |_| h1_label.clone())?;
+        for (section, part_items) in sections.iter_mut().zip(&section_items) {
+            let name = section.name.clone();
+            section.blocks =
+                shape_blocks(part_items).into_blocks(&compiler, |position| match position {
+                    Position::Prologue => format!("section `{name}` prologue"),
+                    Position::Epilog => format!("section `{name}` epilog"),
+                    Position::Middle => format!("section `{name}` lua"),
+                })?;
+        }
+
+        Ok(Prompt {
+            frontmatter,
+            title,
+            title_line: h1.line,
+            shared,
+            h1_blocks,
+            sections,
+            top_level,
+        })
+    }
+}
+
+/// Where a Lua block sits in its part, which decides its location label.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Position {
+    /// The part's first block.
+    Prologue,
+    /// The last Lua block, with prose before it.
+    Epilog,
+    /// Any other Lua block.
+    Middle,
+}
+
+/// A part's blocks before compiling: prose text or a fence with its position.
+enum Shaped<'i> {
+    Prose(ProseBlock),
+    Fence(&'i scan::Fence),
+}
+
+struct Shape<'i> {
+    blocks: Vec<Shaped<'i>>,
+    fences: Vec<(Position, &'i scan::Fence)>,
+}
+
+impl Shape<'_> {
+    fn into_blocks(
+        self,
+        compiler: &Compiler,
+        label: impl Fn(Position) -> String,
+    ) -> Result<Vec<Block>, ParseError> {
+        let mut positions = self.fences.iter().map(|(p, _)| *p);
+        let mut blocks = Vec::with_capacity(self.blocks.len());
+        for block in self.blocks {
+            match block {
+                Shaped::Prose(prose) => blocks.push(Block::Prose(prose)),
+                Shaped::Fence(fence) => {
+                    let position = positions.next().unwrap_or(Position::Middle);
+                    blocks.push(Block::Lua(compiler.compile(
+                        label(position),
+                        fence.open_line + 1,
+                        fence.source.clone(),
+                    )?));
+                }
+            }
+        }
+        Ok(blocks)
+    }
+}
+
+/// Split a part's items into blocks. Headings never occur here. A thematic break resets the
+/// pending prose; a `lua shared` fence is not a block and does not split the prose around it.
+fn shape_blocks<'i>(items: &[&'i Item]) -> Shape<'i> {
+    let mut blocks: Vec<Shaped<'i>> = Vec::new();
+    let mut pending: Vec<(u32, &'i str)> = Vec::new();
+    for item in items {
+        match item {
+            Item::Text { line, text } => pending.push((*line, text.as_str())),
+            Item::Break { .. } => pending.clear(),
+            Item::Fence(fence) if fence.shared => {}
+            Item::Fence(fence) => {
+                let (text, line) = prose_text(&pending);
+                if !text.is_empty() || !blocks.is_empty() {
+                    blocks.push(Shaped::Prose(ProseBlock {
+                        text,
+                        line: line.unwrap_or(fence.open_line),
+                    }));
+                }
+                blocks.push(Shaped::Fence(fence));
+                pending.clear();
+            }
+            Item::Heading { .. } => {}
+        }
+    }
+    let (text, line) = prose_text(&pending);
+    if let Some(line) = line {
+        blocks.push(Shaped::Prose(ProseBlock { text, line }));
+    }
+    let last_lua = blocks.iter().rposition(|b| matches!(b, Shaped::Fence(_)));
+    let fences = blocks
+        .iter()
+        .enumerate()
+        .filter_map(|(index, block)| match block {
+            Shaped::Fence(fence) => {
+                let position = if index == 0 {
+                    Position::Prologue
+                } else if Some(index) == last_lua {
+                    Position::Epilog
+                } else {
+                    Position::Middle
+                };
+                Some((position, *fence))
+            }
+            Shaped::Prose(_) => None,
+        })
+        .collect();
+    Shape { blocks, fences }
+}
+
+/// The items of a list section, or `None` when the section is not a list.
+///
+/// A section is a list when it has no Lua block and every nonblank line below its last
+/// thematic break is a list item line. A section whose every line is a marker line or a break,
+/// but whose break leaves no marker line below it, is a list with no items (an error).
+fn list_items(name: &str, items: &[&Item]) -> Result<Option<Vec<String>>, ParseError> {
+    if items
+        .iter()
+        .any(|i| matches!(i, Item::Fence(f) if !f.shared))
+    {
+        return Ok(None);
+    }
+    let tail_start = items
+        .iter()
+        .rposition(|i| matches!(i, Item::Break { .. }))
+        .map_or(0, |p| p + 1);
+    let nonblank = |slice: &[&Item]| -> Vec<(u32, String)> {
+        slice
+            .iter()
+            .filter_map(|item| match item {
+                Item::Text { line, text } if !text.trim().is_empty() => Some((*line, text.clone())),
+                _ => None,
+            })
+            .collect()
+    };
+    let tail = nonblank(&items[tail_start..]);
+    if tail.is_empty() {
+        let all = nonblank(items);
+        let all_markers = !all.is_empty() && all.iter().all(|(_, t)| scan::list_item(t).is_some());
+        if all_markers {
+            return Err(ParseError::new(
+                ParseErrorKind::List,
+                format!("section `{name}` is a list section but has no items"),
+            ));
+        }
+        return Ok(None);
+    }
+    let mut out = Vec::with_capacity(tail.len());
+    let mut empty_at = None;
+    for (line, text) in &tail {
+        match scan::list_item(text) {
+            Some(item) => {
+                if item.is_empty() && empty_at.is_none() {
+                    empty_at = Some(*line);
+                }
+                out.push(item.to_owned());
+            }
+            None => return Ok(None),
+        }
+    }
+    if let Some(line) = empty_at {
+        return Err(ParseError::at(
+            ParseErrorKind::List,
+            format!("empty bullet item in list section `{name}`"),
+            line,
+            1,
+        ));
+    }
+    Ok(Some(out))
+}
