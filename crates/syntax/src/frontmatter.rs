@@ -1985,6 +1985,20 @@ mod tests {
     }
 
     #[test]
+    fn deep_block_nesting_hits_the_depth_limit() {
+        let yaml = format!(
+            "name: x\ndescription: d\nplugins:\n  - ref: a/b\n    config:\n      {}1\n",
+            "- ".repeat(200)
+        );
+        let error = err(&yaml);
+        assert_eq!(
+            error.message,
+            "invalid frontmatter: YAML nesting is deeper than 64 levels"
+        );
+        assert_eq!(error.line, Some(7));
+    }
+
+    #[test]
     fn nesting_within_the_limit_is_kept() {
         let fm = ok(&format!(
             "name: x\ndescription: d\nplugins:\n  - ref: a/b\n    config: {}1{}\n",
