@@ -9,7 +9,10 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::Args;
-use promptforge_engine::{Outcome, RunError, RunErrorKind, first_step};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use promptforge_engine::{Outcome, Run, RunContext, run_to_end};
 use promptforge_syntax::Prompt;
 use serde::Serialize;
 
@@ -85,18 +88,64 @@ fn outcome_json(outcome: &Outcome) -> OutcomeJson {
     }
 }
 
-fn execute(args: &RunArgs, text: &str) -> Outcome {
-    let parsed = Prompt::parse(text);
-    if let Err(err) = first_step(parsed.as_ref()) {
-        return Outcome::Failed(err);
+/// The run's start instant in milliseconds since the epoch: `--when`, or now.
+fn start_instant(args: &RunArgs) -> Result<i64, String> {
+    match &args.when {
+        Some(text) => chrono::DateTime::parse_from_rfc3339(text)
+            .map(|t| t.timestamp_millis())
+            .map_err(|e| format!("--when {text:?} is not an RFC 3339 instant: {e}")),
+        None => {
+            let now = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_err(|e| format!("the system clock is before 1970: {e}"))?;
+            i64::try_from(now.as_millis())
+                .map_err(|e| format!("the system clock is out of range: {e}"))
+        }
     }
-    Outcome::Failed(RunError::new(
-        RunErrorKind::Internal,
-        format!(
-            "{}: this build parses and checks prompts but cannot execute them yet",
-            args.prompt.display()
-        ),
-    ))
+}
+
+/// A seed from the OS when `--seed` is not given: std's `RandomState` is keyed from the
+/// operating system's randomness, which is all a seed needs.
+fn os_seed() -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
+    hasher.write_u64(0x5eed);
+    hasher.finish()
+}
+
+fn read_snapshot(path: &PathBuf) -> Result<serde_json::Value, String> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| format!("cannot read --snapshot {}: {e}", path.display()))?;
+    let value: serde_json::Value = serde_json::from_str(&text)
+        .map_err(|e| format!("--snapshot {} is not JSON: {e}", path.display()))?;
+    if !value.is_object() {
+        return Err(format!(
+            "--snapshot {} must hold a JSON object",
+            path.display()
+        ));
+    }
+    Ok(value)
+}
+
+/// Build the run's context from the flags (usage errors before any run).
+fn context(args: &RunArgs, cancel: Arc<AtomicBool>) -> Result<RunContext, String> {
+    let start_ms = start_instant(args)?;
+    let mut ctx = RunContext::new(args.seed.unwrap_or_else(os_seed), start_ms);
+    ctx.args = args.run_args.clone();
+    ctx.snapshot = args.snapshot.as_ref().map(read_snapshot).transpose()?;
+    ctx.cancel = cancel;
+    Ok(ctx)
+}
+
+fn execute(text: &str, mut ctx: RunContext) -> Outcome {
+    let prompt = match Prompt::parse(text) {
+        Ok(prompt) => prompt,
+        Err(err) => return Outcome::Failed(err.into()),
+    };
+    ctx.execution = prompt.frontmatter.name.clone();
+    let mut run = Run::new(Arc::new(prompt), ctx);
+    let (outcome, _events) = run_to_end(&mut run);
+    outcome
 }
 
 fn report(args: &RunArgs, outcome: &Outcome) -> ExitCode {
@@ -118,6 +167,9 @@ fn report(args: &RunArgs, outcome: &Outcome) -> ExitCode {
                     None => err.kind.to_string(),
                 };
                 eprintln!("error[{kind}]: {}", err.message);
+                if let Some(traceback) = &err.traceback {
+                    eprintln!("{traceback}");
+                }
                 if let Some(line) = err.line {
                     eprintln!(
                         "  --> {}:{line}:{}",
@@ -143,6 +195,19 @@ pub fn run(args: &RunArgs) -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let outcome = execute(args, &text);
+    let cancel = Arc::new(AtomicBool::new(false));
+    let ctx = match context(args, cancel.clone()) {
+        Ok(ctx) => ctx,
+        Err(message) => {
+            eprintln!("error: {message}");
+            return ExitCode::from(2);
+        }
+    };
+    // Ctrl-C cancels the run cleanly: the engine polls the flag from every coroutine.
+    let flag = cancel.clone();
+    if let Err(e) = ctrlc::set_handler(move || flag.store(true, Ordering::Relaxed)) {
+        eprintln!("warning: cannot install the Ctrl-C handler: {e}");
+    }
+    let outcome = execute(&text, ctx);
     report(args, &outcome)
 }

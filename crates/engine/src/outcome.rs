@@ -72,6 +72,8 @@ pub struct RunError {
     pub line: Option<u32>,
     /// For `Parse` (and `Version`): the 1-based byte column, when known.
     pub column: Option<u32>,
+    /// For a Lua failure: the traceback taken where the error was raised.
+    pub traceback: Option<String>,
 }
 
 impl RunError {
@@ -83,6 +85,7 @@ impl RunError {
             parse_kind: None,
             line: None,
             column: None,
+            traceback: None,
         }
     }
 }
@@ -95,6 +98,7 @@ impl From<ParseError> for RunError {
             parse_kind: Some(err.kind),
             line: err.line,
             column: err.column,
+            traceback: None,
         }
     }
 }

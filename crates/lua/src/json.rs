@@ -474,7 +474,10 @@ mod tests {
     #[test]
     fn invalid_utf8_is_lossy() {
         let lua = Lua::new();
-        assert_eq!(json_of(&lua, "return 'a\\xffb'").unwrap(), json!("a\u{fffd}b"));
+        assert_eq!(
+            json_of(&lua, "return 'a\\xffb'").unwrap(),
+            json!("a\u{fffd}b")
+        );
     }
 
     #[test]
@@ -500,8 +503,11 @@ mod tests {
             json!({"2": "b"})
         );
         assert_eq!(
-            json_of(&lua, "return {[5] = 'five', [2.5] = 'half', [true] = 't', [false] = 'f'}")
-                .unwrap(),
+            json_of(
+                &lua,
+                "return {[5] = 'five', [2.5] = 'half', [true] = 't', [false] = 'f'}"
+            )
+            .unwrap(),
             json!({"5": "five", "2.5": "half", "true": "t", "false": "f"})
         );
         assert_eq!(
@@ -582,7 +588,11 @@ mod tests {
         let lua = Lua::new();
         for _ in 0..20 {
             assert_eq!(
-                err_of(&lua, "return { z = print, a = print, m = print, [3] = print }", "v"),
+                err_of(
+                    &lua,
+                    "return { z = print, a = print, m = print, [3] = print }",
+                    "v"
+                ),
                 "v[3] must be JSON data, got function"
             );
             assert_eq!(
@@ -600,7 +610,11 @@ mod tests {
             "t.self must be JSON data, got cyclic table"
         );
         assert_eq!(
-            err_of(&lua, "local t = { a = { b = {} } }; t.a.b.c = t.a; return t", "var.t"),
+            err_of(
+                &lua,
+                "local t = { a = { b = {} } }; t.a.b.c = t.a; return t",
+                "var.t"
+            ),
             "var.t.a.b.c must be JSON data, got cyclic table"
         );
         assert_eq!(
@@ -709,8 +723,14 @@ mod tests {
         assert_eq!(to_compact_json(&json!({})), "{}");
         assert_eq!(to_compact_json(&json!([])), "[]");
         assert_eq!(to_compact_json(&json!(null)), "null");
-        assert_eq!(to_compact_json(&json!({"B": 1, "a": 2, "ab": 3})), r#"{"B":1,"a":2,"ab":3}"#);
-        assert_eq!(to_compact_json(&json!({"x": 3.0, "y": 1e20})), r#"{"x":3,"y":100000000000000000000}"#);
+        assert_eq!(
+            to_compact_json(&json!({"B": 1, "a": 2, "ab": 3})),
+            r#"{"B":1,"a":2,"ab":3}"#
+        );
+        assert_eq!(
+            to_compact_json(&json!({"x": 3.0, "y": 1e20})),
+            r#"{"x":3,"y":100000000000000000000}"#
+        );
         assert_eq!(
             to_compact_json(&json!("q\"\\\n\u{1b}\u{7f}é")),
             "\"q\\\"\\\\\\n\\u001b\u{7f}é\""

@@ -4,3 +4,8 @@
 //! `table`, `math` and the listed base functions), the Engine globals installed in the
 //! specified order, the guards on `var`, `sys` and `_G`, deterministic `pairs`/`next`, error
 //! values, and the yield shims through which suspending calls reach the engine. It does no I/O.
+
+pub mod json;
+pub mod order;
+pub mod substitution;
+pub mod vm;

@@ -8,6 +8,7 @@
 pub mod compile;
 pub mod error;
 pub mod frontmatter;
+pub mod heading_ref;
 pub mod names;
 pub mod prompt;
 mod scan;

@@ -1,0 +1,565 @@
+//! One run as a sans-IO state machine: prepare, the H1 pass, the main walk, the outcome.
+//!
+//! The host drives a [`Run`] with [`Run::step`], which executes Lua until every chain waits on
+//! Harness work ([`Step::Effects`]) or the run ends ([`Step::Done`]), and answers effects with
+//! [`Run::resume`] in any order. The engine never reads a clock, a random source, the network
+//! or the disk: the seed and start instant arrive in the [`RunContext`], and everything
+//! observable is derived from them and from the answers.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use promptforge_lua::vm::{
+    ArgvMode, BlockStep, DEFAULT_LOG_EVENTS, FailureKind, LuaFailure, Request, SectionVm,
+    VisibleSection, VmConfig,
+};
+use promptforge_syntax::{Block, Prompt, SectionId};
+use serde_json::{Map, Value as Json};
+
+use crate::args::derive_argv;
+use crate::events::Event;
+use crate::outcome::{Outcome, RunError, RunErrorKind, first_step};
+use crate::prepare::{HostState, requirements_notice};
+use crate::when::render_when;
+
+/// What the Host gives a run when it creates it.
+#[derive(Debug, Clone)]
+pub struct RunContext {
+    /// The run's seed.
+    pub seed: u64,
+    /// The start instant, in milliseconds since the Unix epoch.
+    pub start_ms: i64,
+    /// The run's argument string (`None`: no argument, read as the empty string).
+    pub args: Option<String>,
+    /// The Host-state snapshot `ui()` returns, when the Host has one.
+    pub snapshot: Option<Json>,
+    /// `sys.execution`: the run's name, assigned by the Host.
+    pub execution: String,
+    /// What the Host provides (Plugins, the current model).
+    pub host: HostState,
+    /// Log checkpoints allowed per section VM.
+    pub log_events: u32,
+    /// Raised by the Host to cancel the run.
+    pub cancel: Arc<AtomicBool>,
+}
+
+impl RunContext {
+    /// A context with the given seed and start instant and everything else defaulted.
+    pub fn new(seed: u64, start_ms: i64) -> Self {
+        RunContext {
+            seed,
+            start_ms,
+            args: None,
+            snapshot: None,
+            execution: String::new(),
+            host: HostState::default(),
+            log_events: DEFAULT_LOG_EVENTS,
+            cancel: Arc::new(AtomicBool::new(false)),
+        }
+    }
+}
+
+/// An effect id: unique within a run, assigned in issue order.
+pub type EffectId = u64;
+
+/// Harness work the engine asks for.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Effect {
+    /// A request the engine does not understand yet (never issued by released globals).
+    Unsupported(String),
+}
+
+/// What [`Run::step`] returns.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Step {
+    /// Work for the Harness; answer each with [`Run::resume`], in any order.
+    Effects(Vec<(EffectId, Effect)>),
+    /// The run ended.
+    Done(Outcome),
+}
+
+/// Where a section entry sits, for its blocks and for error classification.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Place {
+    /// The H1 pass.
+    H1,
+    /// A section on the main walk.
+    Section(SectionId),
+}
+
+/// A section entry in progress: its VM and the next block to run.
+#[derive(Debug)]
+struct Entry {
+    place: Place,
+    name: String,
+    vm: SectionVm,
+    next_block: usize,
+    block_running: bool,
+}
+
+/// Where the main walk is.
+#[derive(Debug)]
+enum Phase {
+    /// Nothing has run yet.
+    Start,
+    /// Inside the H1 pass or a section entry.
+    InEntry(Box<Entry>),
+    /// Between entries: the next top-level section to enter.
+    Walk(usize),
+    /// Finished.
+    Done,
+}
+
+/// One run of a prompt.
+#[derive(Debug)]
+pub struct Run {
+    prompt: Arc<Prompt>,
+    ctx: RunContext,
+    phase: Phase,
+    events: Vec<Event>,
+    outcome: Option<Outcome>,
+    /// The main walk's `var`.
+    var: Json,
+    /// The chain's input: derived from `args`, then frozen after the H1 pass.
+    argv: Json,
+    /// The main chain's entry counter (`sys.id` is `0.{n}`).
+    entries: u64,
+    when: String,
+    labels: Vec<String>,
+}
+
+impl Run {
+    /// Create a run of a parsed prompt.
+    pub fn new(prompt: Arc<Prompt>, ctx: RunContext) -> Run {
+        let args = ctx.args.clone().unwrap_or_default();
+        let argv = derive_argv(&prompt.frontmatter.args, &args);
+        let labels = prompt.lua_regions().map(|r| r.label.clone()).collect();
+        let when = render_when(ctx.start_ms);
+        Run {
+            prompt,
+            ctx,
+            phase: Phase::Start,
+            events: Vec::new(),
+            outcome: None,
+            var: Json::Object(Map::new()),
+            argv,
+            entries: 0,
+            when,
+            labels,
+        }
+    }
+
+    /// Take the events recorded since the last call, in order.
+    pub fn take_events(&mut self) -> Vec<Event> {
+        std::mem::take(&mut self.events)
+    }
+
+    /// Ask the run to stop; it ends as cancelled at its next step.
+    pub fn cancel(&self) {
+        self.ctx.cancel.store(true, Ordering::Relaxed);
+    }
+
+    /// Answer an effect. This build issues no effects, so any answer is ignored.
+    pub fn resume(&mut self, _id: EffectId, _answer: Result<Json, Json>) {}
+
+    /// Run until every chain waits on Harness work or the run ends.
+    pub fn step(&mut self) -> Step {
+        loop {
+            if let Some(outcome) = &self.outcome {
+                return Step::Done(outcome.clone());
+            }
+            if self.ctx.cancel.load(Ordering::Relaxed) {
+                self.end(Outcome::Cancelled);
+                continue;
+            }
+            let phase = std::mem::replace(&mut self.phase, Phase::Done);
+            self.phase = match phase {
+                Phase::Start => self.start(),
+                Phase::Walk(index) => self.enter_section(index),
+                Phase::InEntry(entry) => self.advance_entry(entry),
+                Phase::Done => {
+                    // The walk ran past its end: the done fallback.
+                    self.end(Outcome::Completed("done".to_owned()));
+                    Phase::Done
+                }
+            };
+        }
+    }
+
+    fn end(&mut self, outcome: Outcome) {
+        if self.outcome.is_none() {
+            self.events.push(Event::RunEnded {
+                outcome: outcome.clone(),
+            });
+            self.outcome = Some(outcome);
+        }
+    }
+
+    fn fail(&mut self, kind: RunErrorKind, message: impl Into<String>) -> Phase {
+        self.end(Outcome::Failed(RunError::new(kind, message)));
+        Phase::Done
+    }
+
+    /// The first step: parse checks and the version gate, then prepare.
+    fn start(&mut self) -> Phase {
+        if let Err(err) = first_step(Ok(&self.prompt)) {
+            self.end(Outcome::Failed(err));
+            return Phase::Done;
+        }
+        if let Some(notice) = requirements_notice(&self.prompt.frontmatter, &self.ctx.host) {
+            return self.fail(RunErrorKind::RequirementsUnmet, notice);
+        }
+        // The H1 pass always takes entry 0.0.
+        self.entries = 1;
+        let has_pass = !self.prompt.h1_blocks.is_empty();
+        if !has_pass {
+            return Phase::Walk(0);
+        }
+        let title = self.prompt.title.clone();
+        match self.build_vm(Place::H1, &title, "0.0") {
+            Ok(vm) => Phase::InEntry(Box::new(Entry {
+                place: Place::H1,
+                name: title,
+                vm,
+                next_block: 0,
+                block_running: false,
+            })),
+            Err(failure) => self.fail_from_lua(Place::H1, failure, true),
+        }
+    }
+
+    fn visible_from(&self, place: Place) -> Vec<VisibleSection> {
+        let prompt = &self.prompt;
+        let to_visible = |id: &SectionId| {
+            prompt.section(*id).map(|s| VisibleSection {
+                level: usize::from(s.level),
+                name: s.name.clone(),
+                items: s.items.clone(),
+            })
+        };
+        match place {
+            Place::H1 => prompt.top_level.iter().filter_map(to_visible).collect(),
+            Place::Section(id) => {
+                let Some(section) = prompt.section(id) else {
+                    return Vec::new();
+                };
+                let siblings: &[SectionId] = match section.parent {
+                    Some(parent) => prompt
+                        .section(parent)
+                        .map_or(&[][..], |p| p.children.as_slice()),
+                    None => &prompt.top_level,
+                };
+                siblings
+                    .iter()
+                    .filter(|s| **s != id)
+                    .chain(section.children.iter())
+                    .filter_map(to_visible)
+                    .collect()
+            }
+        }
+    }
+
+    fn sys_fields(&self, name: &str, id: &str) -> Json {
+        let mut sys = Map::new();
+        sys.insert("when".into(), Json::String(self.when.clone()));
+        sys.insert("id".into(), Json::String(id.to_owned()));
+        sys.insert("taskid".into(), Json::String("0".into()));
+        sys.insert("section_name".into(), Json::String(name.to_owned()));
+        sys.insert("execution".into(), Json::String(self.ctx.execution.clone()));
+        sys.insert(
+            "section_count".into(),
+            Json::from(self.prompt.top_level.len()),
+        );
+        Json::Object(sys)
+    }
+
+    /// Build and set up a section VM, replaying the shared library.
+    fn build_vm(&mut self, place: Place, name: &str, id: &str) -> Result<SectionVm, LuaFailure> {
+        let argv = match place {
+            Place::H1 => ArgvMode::Writable(self.argv.clone()),
+            Place::Section(_) => ArgvMode::Frozen(self.argv.clone()),
+        };
+        let cfg = VmConfig {
+            section_name: name.to_owned(),
+            args: self.ctx.args.clone().unwrap_or_default(),
+            argv,
+            var: self.var.clone(),
+            sys: self.sys_fields(name, id),
+            snapshot: self.ctx.snapshot.clone(),
+            visible: self.visible_from(place),
+            log_events: self.ctx.log_events,
+            cancel: self.ctx.cancel.clone(),
+            region_labels: self.labels.clone(),
+            random_seed: self.ctx.seed ^ fnv1a(id.as_bytes()),
+        };
+        let mut vm = SectionVm::new(cfg)?;
+        self.events.push(Event::SharedLoadStarted {
+            section: name.to_owned(),
+        });
+        // Every section VM replays the shared library; a prompt without one replays an empty
+        // library, which runs nothing but still reports its load.
+        let loaded = match &self.prompt.shared {
+            Some(shared) => vm.load_shared(shared),
+            None => Ok(()),
+        };
+        self.flush_logs(&mut vm, name);
+        match loaded {
+            Ok(()) => {
+                self.events.push(Event::SharedLoadSucceeded {
+                    section: name.to_owned(),
+                });
+                Ok(vm)
+            }
+            Err(failure) => {
+                self.events.push(Event::SharedLoadFailed {
+                    section: name.to_owned(),
+                });
+                self.teardown(name);
+                // A failed shared library load keeps its kind; `fail_from_lua` treats it as a
+                // failure around the blocks, so it stays `Lua` even in the H1 pass.
+                Err(failure)
+            }
+        }
+    }
+
+    fn flush_logs(&mut self, vm: &mut SectionVm, name: &str) {
+        for message in vm.take_logs() {
+            self.events.push(Event::Log {
+                section: name.to_owned(),
+                message,
+            });
+        }
+    }
+
+    fn teardown(&mut self, name: &str) {
+        self.events.push(Event::TeardownStarted {
+            section: name.to_owned(),
+        });
+        self.events.push(Event::TeardownSucceeded {
+            section: name.to_owned(),
+        });
+    }
+
+    /// Enter the top-level section at `index`, or end the walk past the last one.
+    fn enter_section(&mut self, index: usize) -> Phase {
+        let Some(&id) = self.prompt.top_level.get(index) else {
+            self.end(Outcome::Completed("done".to_owned()));
+            return Phase::Done;
+        };
+        let Some(name) = self.prompt.section(id).map(|s| s.name.clone()) else {
+            return self.fail(RunErrorKind::Internal, "section index out of range");
+        };
+        let entry_id = format!("0.{}", self.entries);
+        self.entries += 1;
+        self.events.push(Event::SectionStarted {
+            section: name.clone(),
+            id: entry_id.clone(),
+        });
+        match self.build_vm(Place::Section(id), &name, &entry_id) {
+            Ok(vm) => Phase::InEntry(Box::new(Entry {
+                place: Place::Section(id),
+                name,
+                vm,
+                next_block: 0,
+                block_running: false,
+            })),
+            Err(failure) => self.fail_from_lua(Place::Section(id), failure, true),
+        }
+    }
+
+    fn blocks_of(&self, place: Place) -> &[Block] {
+        match place {
+            Place::H1 => &self.prompt.h1_blocks,
+            Place::Section(id) => self
+                .prompt
+                .section(id)
+                .map_or(&[][..], |s| s.blocks.as_slice()),
+        }
+    }
+
+    /// Run the entry's blocks until one suspends, the entry ends, or the run ends.
+    fn advance_entry(&mut self, mut entry: Box<Entry>) -> Phase {
+        loop {
+            if !entry.block_running {
+                let prompt = self.prompt.clone();
+                let blocks = match entry.place {
+                    Place::H1 => &prompt.h1_blocks[..],
+                    Place::Section(id) => {
+                        prompt.section(id).map_or(&[][..], |s| s.blocks.as_slice())
+                    }
+                };
+                // Find the next Lua block; prose blocks are read by the block after them.
+                let mut index = entry.next_block;
+                while index < blocks.len() && !matches!(blocks[index], Block::Lua(_)) {
+                    index += 1;
+                }
+                let Some(Block::Lua(region)) = blocks.get(index) else {
+                    return self.finish_entry(entry, None);
+                };
+                let prose = match index.checked_sub(1).and_then(|i| blocks.get(i)) {
+                    Some(Block::Prose(p)) => p.text.as_str(),
+                    _ => "",
+                };
+                entry.next_block = index + 1;
+                self.events.push(Event::BlockStarted {
+                    section: entry.name.clone(),
+                    label: region.label.clone(),
+                });
+                if let Err(failure) = entry.vm.start_block(region, prose) {
+                    return self.entry_failed(entry, failure);
+                }
+                entry.block_running = true;
+            }
+            let step = entry.vm.resume(None);
+            let name = entry.name.clone();
+            self.flush_logs(&mut entry.vm, &name);
+            match step {
+                BlockStep::Suspended(request) => {
+                    let Request::Unknown(op) = request;
+                    let failure = LuaFailure {
+                        kind: FailureKind::Internal,
+                        message: format!("unsupported suspending request `{op}`"),
+                        traceback: None,
+                    };
+                    return self.entry_failed(entry, failure);
+                }
+                BlockStep::Failed(failure) => return self.entry_failed(entry, failure),
+                BlockStep::Finished(result) => {
+                    entry.block_running = false;
+                    let label = self
+                        .blocks_of(entry.place)
+                        .get(entry.next_block.saturating_sub(1))
+                        .and_then(Block::as_lua)
+                        .map(|r| r.label.clone())
+                        .unwrap_or_default();
+                    self.events.push(Event::BlockSucceeded {
+                        section: entry.name.clone(),
+                        label,
+                    });
+                    if let Some(result) = result {
+                        return self.finish_entry(entry, Some(result));
+                    }
+                    // A block's end reads var back: a reassigned var fails here.
+                    if let Err(failure) = entry.vm.read_back_var() {
+                        return self.entry_failed_after_block(entry, failure);
+                    }
+                }
+            }
+        }
+    }
+
+    /// The entry ran out of blocks or returned: read back, tear down, and move on.
+    fn finish_entry(&mut self, entry: Box<Entry>, result: Option<String>) -> Phase {
+        let var = entry.vm.read_back_var();
+        let argv = match entry.place {
+            Place::H1 if result.is_none() => Some(entry.vm.read_back_argv()),
+            _ => None,
+        };
+        let name = entry.name.clone();
+        let place = entry.place;
+        drop(entry);
+        self.teardown(&name);
+        let var = match var {
+            Ok(var) => var,
+            Err(failure) => return self.fail_from_lua(place, failure, true),
+        };
+        self.var = var;
+        if let Some(argv) = argv {
+            match argv {
+                Ok(argv) => self.argv = argv,
+                Err(failure) => return self.fail_from_lua(place, failure, true),
+            }
+        }
+        if let Place::Section(_) = place {
+            self.events.push(Event::SectionFinished { section: name });
+        }
+        if let Some(result) = result {
+            self.end(Outcome::Completed(result));
+            return Phase::Done;
+        }
+        match place {
+            Place::H1 => Phase::Walk(0),
+            Place::Section(id) => {
+                let index = self
+                    .prompt
+                    .top_level
+                    .iter()
+                    .position(|s| *s == id)
+                    .map_or(usize::MAX, |i| i + 1);
+                Phase::Walk(index)
+            }
+        }
+    }
+
+    fn entry_failed(&mut self, entry: Box<Entry>, failure: LuaFailure) -> Phase {
+        self.events.push(Event::BlockFailed {
+            section: entry.name.clone(),
+        });
+        let (place, name) = (entry.place, entry.name.clone());
+        drop(entry);
+        self.teardown(&name);
+        self.fail_from_lua(place, failure, false)
+    }
+
+    fn entry_failed_after_block(&mut self, entry: Box<Entry>, failure: LuaFailure) -> Phase {
+        let (place, name) = (entry.place, entry.name.clone());
+        drop(entry);
+        self.teardown(&name);
+        self.fail_from_lua(place, failure, true)
+    }
+
+    /// Classify a Lua failure. `around` marks failures around the blocks (shared library
+    /// load, read-backs), which stay `Lua` even in the H1 pass.
+    fn fail_from_lua(&mut self, place: Place, failure: LuaFailure, around: bool) -> Phase {
+        let kind = match failure.kind {
+            FailureKind::Cancelled => {
+                self.end(Outcome::Cancelled);
+                return Phase::Done;
+            }
+            FailureKind::Quota => RunErrorKind::Quota,
+            FailureKind::Internal => RunErrorKind::Internal,
+            FailureKind::Lua if place == Place::H1 && !around => RunErrorKind::RequirementsUnmet,
+            FailureKind::Lua => RunErrorKind::Lua,
+        };
+        let message = match failure.kind {
+            FailureKind::Quota if failure.message.contains("event budget") => {
+                "lua log event quota exceeded".to_owned()
+            }
+            FailureKind::Quota => "lua log byte quota exceeded".to_owned(),
+            _ => failure.message,
+        };
+        let mut error = RunError::new(kind, message);
+        error.traceback = failure.traceback;
+        self.end(Outcome::Failed(error));
+        Phase::Done
+    }
+}
+
+/// A small, stable hash (FNV-1a) for deriving per-entry seeds from entry ids.
+fn fnv1a(bytes: &[u8]) -> u64 {
+    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in bytes {
+        hash ^= u64::from(*b);
+        hash = hash.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    hash
+}
+
+/// Drive a run to its end, answering no effects (for runs that issue none) and collecting
+/// every event.
+pub fn run_to_end(run: &mut Run) -> (Outcome, Vec<Event>) {
+    let mut events = Vec::new();
+    loop {
+        let step = run.step();
+        events.extend(run.take_events());
+        match step {
+            Step::Done(outcome) => return (outcome, events),
+            Step::Effects(effects) => {
+                for (id, effect) in effects {
+                    let message = format!("the Harness cannot perform {effect:?}");
+                    run.resume(id, Err(Json::String(message)));
+                }
+            }
+        }
+    }
+}

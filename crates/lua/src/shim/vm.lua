@@ -1,0 +1,348 @@
+-- PromptForge section VM setup. Runs once per section VM, before any prompt code.
+--
+-- Receives `host` (private Rust primitives that never raise for language-level failures; they
+-- return a value, or nil and a message) and `cfg` (this VM's data), installs the sandbox
+-- guards and the Engine globals, and returns the private `api` table the Rust side drives.
+-- Everything user code can reach is defined here in Lua so that Engine errors are raised as
+-- error values (tables with a kind and a message) exactly where the spec says, and so that
+-- suspending calls can yield through pcall.
+local host, cfg = ...
+
+local G = _G
+-- Locals keep the stock names so that stock argument errors name the function as written.
+local pcall, xpcall, error = pcall, xpcall, error
+local rawget, rawset, rawequal = rawget, rawset, rawequal
+local setmetatable, getmetatable = setmetatable, getmetatable
+local type, tostring, select, next = type, tostring, select, next
+local yield = coroutine.yield
+
+-- The sandbox: only string, table, math and the listed base functions stay reachable.
+for _, name in ipairs({
+  'collectgarbage', 'dofile', 'loadfile', 'load', 'loadstring', 'print', 'warn', 'rawequal',
+  'rawlen', 'rawget', 'rawset', 'coroutine', 'require', 'package', 'io', 'os', 'debug', 'utf8',
+}) do
+  rawset(G, name, nil)
+end
+
+---------------------------------------------------------------------------------------------
+-- Error values
+---------------------------------------------------------------------------------------------
+local ERR = {}
+ERR.__tostring = function(e) return rawget(e, 'message') end
+ERR.__concat = function(a, b)
+  if getmetatable(a) == ERR then a = rawget(a, 'message') end
+  if getmetatable(b) == ERR then b = rawget(b, 'message') end
+  return a .. b
+end
+-- Extra facts about an error value that user code must not see (for example which quota a
+-- log error exhausted); weak so error values are collected as usual.
+local ERR_EXTRA = setmetatable({}, { __mode = 'k' })
+
+local function make_error(kind, message, fields, extra)
+  local e = { kind = kind, message = message }
+  if fields then
+    for k, v in next, fields do e[k] = v end
+  end
+  setmetatable(e, ERR)
+  if extra then ERR_EXTRA[e] = extra end
+  return e
+end
+
+local function raise(message, extra)
+  error(make_error('lua', message, nil, extra), 0)
+end
+
+-- Turn any caught error into what pcall hands back: error values and values the author
+-- raised come back as they are; a failure inside Rust becomes an error value.
+local function normalize(e)
+  if type(e) == 'userdata' and getmetatable(e) == nil then
+    local kind, message = host.normalize(e)
+    if kind then return make_error(kind, message) end
+  end
+  return e
+end
+
+local function finish(ok, ...)
+  if not ok then
+    local e = ...
+    -- A cancel (or a jump) in flight is never caught: it unwinds to the Engine.
+    if host.control_pending() then error(e, 0) end
+    return false, normalize(e)
+  end
+  return true, ...
+end
+
+G.pcall = function(f, ...)
+  return finish(pcall(f, ...))
+end
+
+G.xpcall = function(f, handler, ...)
+  if type(handler) ~= 'function' then
+    return xpcall(f, handler, ...)
+  end
+  return finish(xpcall(f, function(e)
+    if host.control_pending() then return e end
+    return handler(normalize(e))
+  end, ...))
+end
+
+---------------------------------------------------------------------------------------------
+-- Proxies (var, frozen argv) share one weak map from proxy to the data it stands for.
+---------------------------------------------------------------------------------------------
+local PROXY_DATA = setmetatable({}, { __mode = 'k' })
+
+local function unwrap(v)
+  local data = PROXY_DATA[v]
+  if data ~= nil then return data end
+  return v
+end
+
+-- Paths name string keys dotted and every other key bracketed, as `to_json` does.
+local function path_segment(k)
+  if type(k) == 'string' then return '.' .. k end
+  return '[' .. tostring(k) .. ']'
+end
+
+---------------------------------------------------------------------------------------------
+-- var: an empty guarded proxy over plain JSON data; every write stores a validated copy.
+---------------------------------------------------------------------------------------------
+local var_data = cfg.var
+local var_proxies = setmetatable({}, { __mode = 'k' })
+
+local function var_proxy(data, path)
+  local proxy = var_proxies[data]
+  if proxy then return proxy end
+  proxy = setmetatable({}, {
+    __index = function(_, k)
+      local v = rawget(data, k)
+      if type(v) == 'table' then return var_proxy(v, path .. path_segment(k)) end
+      return v
+    end,
+    __newindex = function(_, k, v)
+      if v == nil then
+        rawset(data, k, nil)
+        return
+      end
+      local copy, message = host.json_copy(unwrap(v), path .. path_segment(k))
+      if message then raise(message) end
+      rawset(data, k, copy)
+    end,
+    __metatable = 'var is guarded',
+  })
+  var_proxies[data] = proxy
+  PROXY_DATA[proxy] = data
+  return proxy
+end
+
+local var = var_proxy(var_data, 'var')
+
+---------------------------------------------------------------------------------------------
+-- argv: writable in the H1 pass, frozen everywhere else.
+---------------------------------------------------------------------------------------------
+local in_h1 = cfg.h1
+local frozen_proxies = setmetatable({}, { __mode = 'k' })
+
+local function frozen(data)
+  if type(data) ~= 'table' then return data end
+  local proxy = frozen_proxies[data]
+  if proxy then return proxy end
+  proxy = setmetatable({}, {
+    __index = function(_, k) return frozen(rawget(data, k)) end,
+    __newindex = function(_, k)
+      local shown
+      if type(k) == 'string' then
+        shown = "'" .. k .. "'"
+      else
+        shown = host.debug_notation(k)
+      end
+      raise('argv is frozen outside H1: cannot set field ' .. shown)
+    end,
+    __metatable = 'argv is frozen',
+  })
+  frozen_proxies[data] = proxy
+  PROXY_DATA[proxy] = data
+  return proxy
+end
+
+local frozen_argv = frozen(cfg.argv)
+
+---------------------------------------------------------------------------------------------
+-- sys: sealed, read-only run metadata.
+---------------------------------------------------------------------------------------------
+local sys_fields, sys_null = cfg.sys, cfg.sys_null
+local sys = setmetatable({}, {
+  __index = function(_, k)
+    if type(k) ~= 'string' then raise('sys fields must be accessed by string key') end
+    local v = rawget(sys_fields, k)
+    if v == nil and not rawget(sys_null, k) then
+      raise("runtime error: unknown sys field '" .. k .. "'")
+    end
+    return v
+  end,
+  __newindex = function(_, k)
+    raise("sys is read-only; cannot set '" .. tostring(k) .. "'")
+  end,
+  __metatable = 'sys is sealed',
+})
+
+local function sys_lookup(k)
+  local v = rawget(sys_fields, k)
+  if v == nil and not rawget(sys_null, k) then return false end
+  return true, v
+end
+
+---------------------------------------------------------------------------------------------
+-- _G: one guard metatable that serves argv and prose, with the author's metatable behind it.
+---------------------------------------------------------------------------------------------
+local author_mt = nil
+local GUARD = {}
+
+local function read_prose()
+  local text, message = host.render_prose()
+  if message then raise(message) end
+  return text
+end
+
+GUARD.__index = function(t, k)
+  if k == 'prose' then return read_prose() end
+  if k == 'argv' then
+    if in_h1 then return nil end
+    return frozen_argv
+  end
+  local mt = author_mt
+  if mt == nil then return nil end
+  local h = rawget(mt, '__index')
+  if h == nil then return nil end
+  if type(h) == 'function' then return h(t, k) end
+  return h[k]
+end
+
+GUARD.__newindex = function(t, k, v)
+  if k == 'prose' then
+    raise('prose is read-only: assign to `var` or a section global instead')
+  end
+  if k == 'argv' then
+    if in_h1 then
+      rawset(t, k, v)
+      return
+    end
+    raise('argv is frozen outside H1: assign it in H1 only')
+  end
+  local mt = author_mt
+  local h = mt and rawget(mt, '__newindex')
+  if h == nil then
+    rawset(t, k, v)
+  elseif type(h) == 'function' then
+    h(t, k, v)
+  else
+    h[k] = v
+  end
+end
+
+G.getmetatable = function(t)
+  if rawequal(t, G) then
+    if author_mt == nil then return nil end
+    local protected = rawget(author_mt, '__metatable')
+    if protected ~= nil then return protected end
+    return author_mt
+  end
+  return getmetatable(t)
+end
+
+G.setmetatable = function(t, mt)
+  if rawequal(t, G) and (mt == nil or type(mt) == 'table') then
+    if author_mt ~= nil and rawget(author_mt, '__metatable') ~= nil then
+      error('cannot change a protected metatable', 2)
+    end
+    author_mt = mt
+    -- Rebuild the guard: the author's other fields apply as they stand now, while
+    -- __index and __newindex stay the guard's own and read the author's live.
+    for k in next, GUARD do
+      if k ~= '__index' and k ~= '__newindex' then GUARD[k] = nil end
+    end
+    if mt ~= nil then
+      for k, v in next, mt do
+        if k ~= '__index' and k ~= '__newindex' and k ~= '__metatable' then GUARD[k] = v end
+      end
+    end
+    return t
+  end
+  return setmetatable(t, mt)
+end
+
+---------------------------------------------------------------------------------------------
+-- Engine globals, installed in the specified order.
+---------------------------------------------------------------------------------------------
+-- 1. The Engine values.
+rawset(G, 'args', cfg.args)
+if in_h1 then rawset(G, 'argv', cfg.argv) end
+rawset(G, 'sys', sys)
+rawset(G, 'var', var)
+
+-- 2. The Engine functions.
+rawset(G, 'log', function(...)
+  local message, quota = host.log(select('#', ...), (...))
+  if message then raise(message, quota and { quota = quota } or nil) end
+end)
+
+-- 3. ui, when the Host supplied a snapshot.
+if cfg.has_ui then
+  rawset(G, 'ui', function() return host.ui() end)
+end
+
+-- 5. list_from_section.
+rawset(G, 'list_from_section', function(heading)
+  local items, message = host.list_from_section(heading)
+  if message then raise(message) end
+  return items
+end)
+
+-- Suspending calls reach the Engine through this one yield point. The request is a plain
+-- table; the answer is (true, value) or (false, error value).
+local function suspend(request)
+  local ok, value = yield(request)
+  if ok then return value end
+  error(value, 0)
+end
+
+setmetatable(G, GUARD)
+
+---------------------------------------------------------------------------------------------
+-- The private API the Rust side drives.
+---------------------------------------------------------------------------------------------
+local api = {}
+
+-- Runs one block as the body of its coroutine; every failure is caught here (with the
+-- traceback recorded by the handler) so the coroutine itself always finishes normally.
+api.run_block = function(f)
+  return xpcall(f, host.on_error)
+end
+
+-- Loads the shared library directly (not as a block): suspending calls fail to yield.
+api.run_shared = function(f)
+  return xpcall(f, host.on_error)
+end
+
+-- What an uncaught error is: kind, message, the quota it exhausted (if any), and whether the
+-- value is an Engine error value.
+api.classify = function(e)
+  if getmetatable(e) == ERR then
+    local extra = ERR_EXTRA[e]
+    return rawget(e, 'kind'), tostring(rawget(e, 'message')), extra and extra.quota, true
+  end
+  if type(e) == 'userdata' and getmetatable(e) == nil then
+    local kind, message = host.normalize(e)
+    return kind, message, nil, false
+  end
+  return 'lua', nil, nil, false
+end
+
+api.var_ok = function() return rawequal(rawget(G, 'var'), var) end
+api.var_data = var_data
+api.argv = function() return rawget(G, 'argv') end
+api.frozen_argv_data = cfg.argv
+api.sys_lookup = sys_lookup
+api.suspend = suspend
+api.globals = G
+
+return api
