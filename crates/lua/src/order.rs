@@ -17,23 +17,40 @@
 //!
 //! The replacements raise their errors as plain Lua strings, exactly like stock Lua's
 //! `luaL_error` (message prefixed with the caller's position when the caller is a Lua function),
-//! so each public function is a small Lua wrapper, compiled once per [`install`], around Rust
-//! callbacks that do the work and report what to raise. The wrappers also make `pairs` hand a
+//! so each public function is a small Lua wrapper (compiled once per process, then loaded from
+//! bytecode by each [`install`]) around Rust callbacks that do the work and report what to
+//! raise. The wrappers also make `pairs` hand a
 //! `__pairs` metamethod's call back to Lua as a tail call, so that call is not made from Rust.
 
 use std::cmp::Ordering;
+use std::sync::OnceLock;
 
+use mlua::chunk::ChunkMode;
 use mlua::{Function, IntoLuaMulti, Lua, MultiValue, Table, Value};
 
 /// 2^63 as a float: the first float above every `i64`.
 const TWO_POW_63: f64 = 9_223_372_036_854_775_808.0;
 
+/// The chunk name of the wrappers, seen in tracebacks.
+const WRAPPERS_NAME: &str = "=promptforge.order";
+
+/// The wrappers compiled once per process: every later [`install`] loads this bytecode instead
+/// of compiling the source again. The chunk reads no globals (everything it uses is passed in),
+/// so the bytecode is independent of the state it was compiled in.
+static WRAPPERS_BYTECODE: OnceLock<Vec<u8>> = OnceLock::new();
+
 /// The Lua wrappers. They receive the Rust callbacks and the stock functions they need, and
 /// return `pairs`, `next` and `table.concat`. Errors are raised at level 2, which is where stock
 /// Lua's `luaL_error` in a C function points: the caller of `pairs` / `next` / `concat`.
-const WRAPPERS: &str = r#"
-local core_pairs, core_next, concat_nontable, concat_range, has_tostring,
-      stock_concat, tostring, type, error, select, rawget = ...
+pub const WRAPPERS: &str = r#"
+local dispatch, stock_concat, tostring, type, error, select, rawget = ...
+
+-- One Rust callback serves all five operations (one allocation per VM instead of five).
+local function core_pairs(t) return dispatch(1, t) end
+local function core_next(t, k) return dispatch(2, t, k) end
+local function concat_nontable(n, list) return dispatch(3, n, list) end
+local function concat_range(len, sep, i, j) return dispatch(4, len, sep, i, j) end
+local function has_tostring(v) return dispatch(5, v) end
 
 local function got(n, v)
   if n == 0 then return 'no value' end
@@ -45,6 +62,8 @@ local function pairs(...)
   if type(t) ~= 'table' then
     error("bad argument #1 to 'pairs' (table expected, got " .. got(select('#', ...), t) .. ')', 2)
   end
+  -- `keys, n` for the ordered walk; `false, f` for a function __pairs `f`; `false, nil, msg`
+  -- for any other __pairs.
   local keys, n, msg = core_pairs(t)
   if keys then
     -- The ordered walk over the snapshot `keys[1..n]`: ignores its arguments, reads values
@@ -103,9 +122,12 @@ return pairs, next, concat
 /// Replace the globals `pairs` and `next` and the function `table.concat` in `lua`'s globals
 /// with the deterministic versions.
 ///
-/// Call once per fresh Lua state, after the base library and `table` are loaded. The stock
-/// `tostring`, `type`, `error`, `select` and `table.concat` in place at that moment are captured,
-/// so later changes to those globals do not affect the replacements.
+/// Call once per fresh Lua state, after the base library and `table` are loaded. The
+/// `tostring`, `type`, `error`, `select` and `table.concat` in place at that moment are
+/// captured, so later changes to those globals do not affect the replacements. So is `rawget`
+/// when it is still a global (the `pairs` iterator then reads values through it, which is
+/// faster); without it, a Rust raw read stands in. Setting the
+/// three fields is raw, so a metatable already on `_G` is not consulted.
 pub fn install(lua: &Lua) -> mlua::Result<()> {
     let globals = lua.globals();
     let table_lib: Table = required(&globals, "table")?;
@@ -114,48 +136,68 @@ pub fn install(lua: &Lua) -> mlua::Result<()> {
     let type_fn: Function = required(&globals, "type")?;
     let error: Function = required(&globals, "error")?;
     let select: Function = required(&globals, "select")?;
-    let rawget: Function = required(&globals, "rawget")?;
-
-    let core_pairs = lua.create_function(|lua, t: Table| core_pairs(lua, t))?;
-    let core_next = lua.create_function(|_, (t, k): (Table, Value)| {
-        Ok(match next_key(&t, &k)? {
-            Some(key) => {
-                let value: Value = t.raw_get(&key)?;
-                (key, value)
-            }
-            None => (Value::Nil, Value::Nil),
-        })
-    })?;
-    let concat_nontable =
-        lua.create_function(|_, (nargs, list): (i64, Value)| Ok(concat_nontable(nargs, &list)))?;
-    let concat_range =
-        lua.create_function(|lua, (len, sep, i, j): (Value, Value, Value, Value)| {
-            match concat_range(lua, len, &sep, i, j)? {
-                Ok((first, last)) => (first, last).into_lua_multi(lua),
-                Err(msg) => (Value::Nil, Value::Nil, msg).into_lua_multi(lua),
-            }
-        })?;
-    let has_tostring = lua.create_function(|_, v: Value| Ok(has_tostring(&v)))?;
-
-    let (pairs, next, concat): (Function, Function, Function) =
-        lua.load(WRAPPERS).set_name("=promptforge.order").call((
-            core_pairs,
-            core_next,
-            concat_nontable,
-            concat_range,
-            has_tostring,
-            stock_concat,
-            tostring,
-            type_fn,
-            error,
-            select,
-            rawget,
-        ))?;
+    // The sandbox has no `rawget` global; without one, a Rust raw read stands in.
+    let rawget: Function = match globals.raw_get::<Option<Function>>("rawget")? {
+        Some(rawget) => rawget,
+        None => lua.create_function(|_, (t, k): (Table, Value)| t.raw_get::<Value>(k))?,
+    };
+    let dispatch = callbacks(lua)?;
+    let (pairs, next, concat): (Function, Function, Function) = load_wrappers(lua)?.call((
+        dispatch,
+        stock_concat,
+        tostring,
+        type_fn,
+        error,
+        select,
+        rawget,
+    ))?;
 
     globals.raw_set("pairs", pairs)?;
     globals.raw_set("next", next)?;
     table_lib.raw_set("concat", concat)?;
     Ok(())
+}
+
+/// The one Rust callback [`WRAPPERS`] expects as its first argument: `dispatch(op, ...)` with
+/// `op` 1 `core_pairs(t)`, 2 `core_next(t, k)`, 3 `concat_nontable(nargs, list)`,
+/// 4 `concat_range(len, sep, i, j)`, 5 `has_tostring(v)`. The section VM's shim runs the
+/// wrappers inside its own chunk, to save a chunk load per VM.
+pub fn callbacks(lua: &Lua) -> mlua::Result<Function> {
+    lua.create_function(
+        |lua, (op, a, b, c, d): (i64, Value, Value, Value, Value)| match op {
+            1 => match a {
+                Value::Table(t) => core_pairs(lua, t),
+                other => Err(mlua::Error::RuntimeError(format!(
+                    "pairs expects a table, got {}",
+                    other.type_name()
+                ))),
+            },
+            2 => {
+                let Value::Table(t) = a else {
+                    return Err(mlua::Error::RuntimeError("next expects a table".into()));
+                };
+                match next_key(&t, &b)? {
+                    Some(key) => {
+                        let value: Value = t.raw_get(&key)?;
+                        (key, value).into_lua_multi(lua)
+                    }
+                    None => (Value::Nil, Value::Nil).into_lua_multi(lua),
+                }
+            }
+            3 => {
+                let nargs = match a {
+                    Value::Integer(n) => n,
+                    _ => 0,
+                };
+                concat_nontable(nargs, &b).into_lua_multi(lua)
+            }
+            4 => match concat_range(lua, a, &b, c, d)? {
+                Ok((first, last)) => (first, last).into_lua_multi(lua),
+                Err(msg) => (Value::Nil, Value::Nil, msg).into_lua_multi(lua),
+            },
+            _ => has_tostring(&a).into_lua_multi(lua),
+        },
+    )
 }
 
 /// The full deterministic raw key order of `table`: the array part `1..#t` first, then
@@ -178,6 +220,25 @@ pub fn ordered_keys(table: &Table) -> mlua::Result<Vec<Value>> {
     keys.extend(array.into_iter().map(Value::Integer));
     keys.extend(rest);
     Ok(keys)
+}
+
+/// The wrappers chunk as a function, from the cached bytecode when there is one.
+fn load_wrappers(lua: &Lua) -> mlua::Result<Function> {
+    if let Some(bytecode) = WRAPPERS_BYTECODE.get() {
+        return lua
+            .load(bytecode.as_slice())
+            .set_name(WRAPPERS_NAME)
+            .set_mode(ChunkMode::Binary)
+            .into_function();
+    }
+    let function = lua
+        .load(WRAPPERS)
+        .set_name(WRAPPERS_NAME)
+        .set_mode(ChunkMode::Text)
+        .into_function()?;
+    // A concurrent first install may have stored the same bytes already; either copy will do.
+    let _ = WRAPPERS_BYTECODE.set(function.dump(false));
+    Ok(function)
 }
 
 /// Look up a field that `install` cannot work without.
@@ -1215,8 +1276,7 @@ mod tests {
         );
         assert_eq!(
             got,
-            "1 2 3 false true x|1 2 3 false true x|1 2 false true|9 2.5 a b c"
-                .replace("9 2.5", "2.5 9")
+            "1 2 3 false true x|1 2 3 false true x|1 2 false true|2.5 9 a b c"
         );
     }
 
@@ -1391,6 +1451,47 @@ mod tests {
             got,
             "1 b P bad argument #1 to 'pairs' (table expected, got number)"
         );
+    }
+
+    #[test]
+    fn works_in_the_sandbox_without_raw_functions() {
+        let lua = Lua::new_with(
+            mlua::StdLib::STRING | mlua::StdLib::TABLE | mlua::StdLib::MATH,
+            mlua::LuaOptions::new(),
+        )
+        .expect("lua");
+        for name in [
+            "rawget", "rawset", "rawequal", "rawlen", "load", "dofile", "print",
+        ] {
+            lua.globals().raw_set(name, Value::Nil).expect("prune");
+        }
+        install(&lua).expect("install");
+        let got = eval(
+            &lua,
+            "local t = setmetatable({ 'a', b = 2, c = 3 }, { __index = function() return 'meta' end })
+             local out = {}
+             for k, v in pairs(t) do
+               out[#out + 1] = tostring(k) .. '=' .. tostring(v)
+               if k == 1 then t.c = nil end
+             end
+             return table.concat(out, ' ')",
+        );
+        assert_eq!(got, "1=a b=2");
+    }
+
+    #[test]
+    fn every_install_works_from_the_cached_bytecode() {
+        for _ in 0..3 {
+            let lua = vm();
+            assert!(WRAPPERS_BYTECODE.get().is_some());
+            assert_eq!(
+                eval(
+                    &lua,
+                    "local t = {} for k in pairs({ b = 1, a = 2 }) do t[#t + 1] = k end return table.concat(t)"
+                ),
+                "ab"
+            );
+        }
     }
 
     #[test]

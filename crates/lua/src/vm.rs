@@ -12,7 +12,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use mlua::{
-    Function, HookTriggers, Lua, LuaOptions, MultiValue, StdLib, Table, Thread, Value, VmState,
+    Function, HookTriggers, IntoLuaMulti, Lua, LuaOptions, MultiValue, StdLib, Table, Thread, Value, VmState,
     chunk::ChunkMode, thread::ThreadStatus,
 };
 use promptforge_syntax::LuaRegion;
@@ -276,7 +276,8 @@ impl SectionVm {
         )
         .map_err(|e| LuaFailure::internal(&e))?;
         let build = || -> mlua::Result<Table> {
-            let host = Self::host_table(&lua, &shared)?;
+            lua.gc_stop();
+            let host = Self::host_function(&lua, &shared)?;
             let cfg_table = lua.create_table()?;
             cfg_table.raw_set("h1", in_h1)?;
             cfg_table.raw_set("args", cfg.args.as_str())?;
@@ -289,19 +290,9 @@ impl SectionVm {
                 _ => lua.create_table()?,
             };
             cfg_table.raw_set("var", var)?;
-            let sys_table = lua.create_table()?;
-            let sys_null = lua.create_table()?;
-            if let Json::Object(fields) = &cfg.sys {
-                for (k, v) in fields {
-                    if v.is_null() {
-                        sys_null.raw_set(k.as_str(), true)?;
-                    } else {
-                        sys_table.raw_set(k.as_str(), json::from_json(&lua, v)?)?;
-                    }
-                }
-            }
-            cfg_table.raw_set("sys", sys_table)?;
-            cfg_table.raw_set("sys_null", sys_null)?;
+            cfg_table.raw_set("order", crate::order::callbacks(&lua)?)?;
+            // Lua 5.5 takes the seed as an integer; reinterpreting the bits keeps all 64.
+            cfg_table.raw_set("seed", i64::from_ne_bytes(cfg.random_seed.to_ne_bytes()))?;
             cfg_table.raw_set("has_ui", cfg.snapshot.is_some())?;
             let shim: Function = lua
                 .load(shim_bytecode())
@@ -310,12 +301,7 @@ impl SectionVm {
                 .into_function()?;
             let api: Table = shim.call((host, cfg_table))?;
             lua.set_named_registry_value(API_KEY, &api)?;
-            crate::order::install(&lua)?;
-            // Deterministic math.random: seeded per VM from the run seed.
-            let math: Table = lua.globals().raw_get("math")?;
-            let seed_fn: Function = math.raw_get("randomseed")?;
-            // Lua 5.5 takes the seed as an integer; reinterpreting the bits keeps all 64.
-            seed_fn.call::<()>(i64::from_ne_bytes(cfg.random_seed.to_ne_bytes()))?;
+            lua.gc_restart();
             Ok(api)
         };
         let api = build().map_err(|e| LuaFailure::internal(&e))?;
@@ -328,188 +314,97 @@ impl SectionVm {
         })
     }
 
-    fn host_table(lua: &Lua, shared: &Rc<RefCell<Shared>>) -> mlua::Result<Table> {
-        let host = lua.create_table()?;
-
+    /// The shim's one private Rust primitive, `host(op, ...)`. One function rather than one
+    /// per operation keeps VM creation cheap (each Rust function costs an allocation).
+    fn host_function(lua: &Lua, shared: &Rc<RefCell<Shared>>) -> mlua::Result<Function> {
         let s = shared.clone();
-        host.raw_set(
-            "control_pending",
-            lua.create_function(move |_, ()| Ok(s.borrow().cancel.load(Ordering::Relaxed)))?,
-        )?;
-
-        host.raw_set(
-            "normalize",
-            lua.create_function(|_, e: Value| {
-                Ok(match e {
-                    Value::Error(err) => (
-                        Some("internal".to_owned()),
-                        Some(format!("lua runtime failure: {err}")),
-                    ),
-                    _ => (None, None),
-                })
-            })?,
-        )?;
-
-        host.raw_set(
-            "json_copy",
-            lua.create_function(|lua, (value, path): (Value, String)| {
-                match json::to_json(&value, &path) {
-                    Ok(data) => Ok((json::from_json(lua, &data)?, None)),
-                    Err(not_json) => Ok((
-                        Value::Nil,
-                        Some(format!(
-                            "{} must be JSON data, got {}",
-                            not_json.path, not_json.type_name
-                        )),
-                    )),
-                }
-            })?,
-        )?;
-
-        host.raw_set(
-            "debug_notation",
-            lua.create_function(|_, key: Value| {
-                Ok(match key {
-                    Value::Integer(i) => format!("Integer({i})"),
-                    Value::Number(n) => format!("Number({n:?})"),
-                    Value::Boolean(b) => format!("Boolean({b})"),
-                    other => other.type_name().to_string(),
-                })
-            })?,
-        )?;
-
-        let s = shared.clone();
-        host.raw_set(
-            "log",
-            lua.create_function(move |_, (count, message): (usize, Value)| {
-                let mut st = s.borrow_mut();
-                Ok(check_log(&mut st, count, &message))
-            })?,
-        )?;
-
-        let s = shared.clone();
-        host.raw_set(
-            "ui",
-            lua.create_function(move |lua, ()| {
-                let snapshot = s.borrow().snapshot.clone();
-                match snapshot {
-                    Some(value) => json::from_json(lua, &value),
-                    None => Ok(Value::Nil),
-                }
-            })?,
-        )?;
-
-        let s = shared.clone();
-        host.raw_set(
-            "list_from_section",
-            lua.create_function(move |lua, heading: Value| {
-                let st = s.borrow();
-                let text = match &heading {
-                    Value::String(text) => text.to_string_lossy(),
-                    other => {
-                        return Ok((
-                            Value::Nil,
-                            Some(format!(
-                                "heading must be a string, got {}",
-                                lua_type_name(other)
-                            )),
-                        ));
-                    }
-                };
-                let reference = match parse_heading_ref(&text) {
-                    Ok(r) => r,
-                    Err(e) => return Ok((Value::Nil, Some(e.to_string()))),
-                };
-                let Some(section) = st
-                    .visible
-                    .iter()
-                    .find(|v| v.level == reference.level && v.name == reference.name)
-                else {
-                    let list = st
-                        .visible
-                        .iter()
-                        .map(|v| format!("{} {}", "#".repeat(v.level), v.name))
-                        .collect::<Vec<_>>()
-                        .join(", ");
-                    return Ok((
-                        Value::Nil,
-                        Some(format!(
-                            "section heading `{reference}` not found; available sections: {list}"
-                        )),
-                    ));
-                };
-                match &section.items {
-                    Some(items) => {
-                        let t = lua.create_sequence_from(items.iter().map(String::as_str))?;
-                        Ok((Value::Table(t), None))
-                    }
-                    None => Ok((
-                        Value::Nil,
-                        Some(format!(
-                            "section `{}` has no pre-parsed items",
-                            section.name
-                        )),
-                    )),
-                }
-            })?,
-        )?;
-
-        let s = shared.clone();
-        host.raw_set(
-            "on_error",
-            lua.create_function(move |lua, e: Value| {
-                let labels = s.borrow().region_labels.clone();
-                let mut location = None;
-                let mut level = 1;
-                while location.is_none() {
-                    let Some(frame) = lua.inspect_stack(level, |d| {
-                        let source = d.source().source.map(|s| s.into_owned());
-                        (source, d.current_line())
-                    }) else {
-                        break;
+        lua.create_function(move |lua, (op, a, b): (mlua::LuaString, Value, Value)| {
+            let op = op.to_str()?;
+            match &*op {
+                "control_pending" => Ok(Value::Boolean(
+                    s.borrow().cancel.load(Ordering::Relaxed),
+                )
+                .into_lua_multi(lua)?),
+                "normalize" => match a {
+                    Value::Error(err) => ("internal", format!("lua runtime failure: {err}"))
+                        .into_lua_multi(lua),
+                    _ => Ok(MultiValue::new()),
+                },
+                "json_copy" => {
+                    let path = match &b {
+                        Value::String(p) => p.to_string_lossy(),
+                        _ => "var".to_owned(),
                     };
-                    if let (Some(source), Some(line)) = frame
-                        && labels.contains(&source)
-                    {
-                        location = Some((source, line));
+                    match json::to_json(&a, &path) {
+                        Ok(data) => (json::from_json(lua, &data)?, Value::Nil).into_lua_multi(lua),
+                        Err(not_json) => (Value::Nil, not_json.message()).into_lua_multi(lua),
                     }
-                    level += 1;
                 }
-                let traceback = lua.traceback(None, 1).ok().map(|t| t.to_string_lossy());
-                s.borrow_mut().site = ErrorSite {
-                    location,
-                    traceback,
-                };
-                Ok(e)
-            })?,
-        )?;
-
-        let s = shared.clone();
-        host.raw_set(
-            "render_prose",
-            lua.create_function(move |lua, ()| {
-                let template = {
+                "debug_notation" => match a {
+                    Value::Integer(i) => format!("Integer({i})").into_lua_multi(lua),
+                    Value::Number(n) => format!("Number({n:?})").into_lua_multi(lua),
+                    Value::Boolean(v) => format!("Boolean({v})").into_lua_multi(lua),
+                    other => other.type_name().into_lua_multi(lua),
+                },
+                "sys" => {
                     let st = s.borrow();
-                    match &st.prose {
-                        Prose::Unset => return Ok((Value::Nil, None)),
-                        Prose::Rendered(text) => {
-                            return Ok((Value::String(lua.create_string(text)?), None));
-                        }
-                        Prose::Pending(template) => template.clone(),
+                    let key = match &a {
+                        Value::String(k) => k.to_string_lossy(),
+                        _ => return (false,).into_lua_multi(lua),
+                    };
+                    match st.sys.get(&key) {
+                        Some(value) => (true, json::from_json(lua, value)?).into_lua_multi(lua),
+                        None => (false,).into_lua_multi(lua),
                     }
-                };
-                match render_prose(lua, &s, &template)? {
-                    Ok(text) => {
-                        let value = Value::String(lua.create_string(&text)?);
-                        s.borrow_mut().prose = Prose::Rendered(text);
-                        Ok((value, None))
-                    }
-                    Err(message) => Ok((Value::Nil, Some(message))),
                 }
-            })?,
-        )?;
-
-        Ok(host)
+                "log" => {
+                    let count = match a {
+                        Value::Integer(n) => usize::try_from(n).unwrap_or(0),
+                        _ => 0,
+                    };
+                    let mut st = s.borrow_mut();
+                    check_log(&mut st, count, &b).into_lua_multi(lua)
+                }
+                "ui" => {
+                    let snapshot = s.borrow().snapshot.clone();
+                    match snapshot {
+                        Some(value) => json::from_json(lua, &value)?.into_lua_multi(lua),
+                        None => Ok(MultiValue::new()),
+                    }
+                }
+                "list_from_section" => {
+                    match list_from_section(lua, &s.borrow().visible, &a)? {
+                        Ok(items) => (items, Value::Nil).into_lua_multi(lua),
+                        Err(message) => (Value::Nil, message).into_lua_multi(lua),
+                    }
+                }
+                "on_error" => {
+                    record_error_site(lua, &s);
+                    a.into_lua_multi(lua)
+                }
+                "render_prose" => {
+                    let template = {
+                        let st = s.borrow();
+                        match &st.prose {
+                            Prose::Unset => return Ok(MultiValue::new()),
+                            Prose::Rendered(text) => return text.as_str().into_lua_multi(lua),
+                            Prose::Pending(template) => template.clone(),
+                        }
+                    };
+                    match render_prose(lua, &s, &template)? {
+                        Ok(text) => {
+                            let value = lua.create_string(&text)?;
+                            s.borrow_mut().prose = Prose::Rendered(text);
+                            (value, Value::Nil).into_lua_multi(lua)
+                        }
+                        Err(message) => (Value::Nil, message).into_lua_multi(lua),
+                    }
+                }
+                other => Err(mlua::Error::RuntimeError(format!(
+                    "unknown host operation `{other}`"
+                ))),
+            }
+        })
     }
 
     /// Replay the shared library (step 9). A scalar return is discarded; any failure is `Lua`.
@@ -720,14 +615,23 @@ impl SectionVm {
 fn shim_bytecode() -> &'static [u8] {
     static BYTECODE: std::sync::OnceLock<Vec<u8>> = std::sync::OnceLock::new();
     BYTECODE.get_or_init(|| {
+        // The deterministic iteration wrappers run inside the shim's own chunk (one chunk
+        // load per VM instead of two): the shim calls `__order` with the Rust callbacks.
+        let source = format!(
+            "local __order = function(...)\n{}\nend\n{SHIM_SOURCE}",
+            crate::order::WRAPPERS
+        );
         let lua = Lua::new_with(StdLib::NONE, LuaOptions::new());
         lua.ok()
             .and_then(|lua| {
-                lua.load(SHIM_SOURCE)
+                lua.load(source)
                     .set_name(SHIM_NAME)
                     .into_function()
                     .ok()
-                    .map(|f| f.dump(false))
+                    // Stripped: loading debug information costs more than the rest of the
+                    // shim per section entry. Tracebacks leave out frames without line
+                    // information, so no `?` placeholder ever shows.
+                    .map(|f| f.dump(true))
             })
             .unwrap_or_default()
     })
@@ -791,6 +695,95 @@ fn check_log(st: &mut Shared, count: usize, message: &Value) -> (Option<String>,
     (None, None)
 }
 
+/// `list_from_section(heading)`: the items of a list section in the caller's visible set.
+fn list_from_section(
+    lua: &Lua,
+    visible: &[VisibleSection],
+    heading: &Value,
+) -> mlua::Result<Result<Table, String>> {
+    let text = match heading {
+        Value::String(text) => text.to_string_lossy(),
+        other => {
+            return Ok(Err(format!(
+                "heading must be a string, got {}",
+                lua_type_name(other)
+            )));
+        }
+    };
+    let reference = match parse_heading_ref(&text) {
+        Ok(r) => r,
+        Err(e) => return Ok(Err(e.to_string())),
+    };
+    let Some(section) = visible
+        .iter()
+        .find(|v| v.level == reference.level && v.name == reference.name)
+    else {
+        let list = visible
+            .iter()
+            .map(|v| format!("{} {}", "#".repeat(v.level), v.name))
+            .collect::<Vec<_>>()
+            .join(", ");
+        return Ok(Err(format!(
+            "section heading `{reference}` not found; available sections: {list}"
+        )));
+    };
+    match &section.items {
+        Some(items) => Ok(Ok(
+            lua.create_sequence_from(items.iter().map(String::as_str))?
+        )),
+        None => Ok(Err(format!(
+            "section `{}` has no pre-parsed items",
+            section.name
+        ))),
+    }
+}
+
+/// The message handler's work: record where the error was raised (the first frame in one of
+/// the prompt's regions) and a traceback of the frames that have line information.
+fn record_error_site(lua: &Lua, shared: &Rc<RefCell<Shared>>) {
+    let labels = shared.borrow().region_labels.clone();
+    let mut location = None;
+    let mut frames = Vec::new();
+    let mut level = 1;
+    while let Some((source, short_src, line, what, name)) = lua.inspect_stack(level, |d| {
+        let src = d.source();
+        (
+            src.source.map(|s| s.into_owned()),
+            src.short_src.map(|s| s.into_owned()),
+            d.current_line(),
+            src.what,
+            d.names().name.map(|n| n.into_owned()),
+        )
+    }) {
+        level += 1;
+        // Frames without a line (C functions, the stripped Engine shim) are left out, so a
+        // traceback never shows `?` placeholders.
+        let Some(line) = line else { continue };
+        if location.is_none()
+            && let Some(source) = &source
+            && labels.contains(source)
+        {
+            location = Some((source.clone(), line));
+        }
+        let place = short_src.unwrap_or_default();
+        let function = match (what, name) {
+            ("main", _) => "in main chunk".to_owned(),
+            (_, Some(name)) => format!("in function '{name}'"),
+            _ => "in function".to_owned(),
+        };
+        frames.push(format!("\t{place}:{line}: {function}"));
+    }
+    let traceback = if frames.is_empty() {
+        None
+    } else {
+        Some(format!("stack traceback:\n{}", frames.join("\n")))
+    };
+    shared.borrow_mut().site = ErrorSite {
+        location,
+        traceback,
+    };
+}
+
 /// Render the running block's prose with the section's current state. The `var` read-back
 /// runs first: a reassigned `var` fails the read.
 fn render_prose(
@@ -834,3 +827,219 @@ fn render_prose(
 
 /// The read-back failure for a reassigned `var`.
 const VAR_REASSIGNED: &str = "the `var` global was reassigned; write `var.<field>` instead";
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use promptforge_syntax::Prompt;
+    use serde_json::json;
+
+    fn config(h1: bool) -> VmConfig {
+        let argv = json!({"prose": "input"});
+        VmConfig {
+            section_name: "Main".into(),
+            args: "input".into(),
+            argv: if h1 {
+                ArgvMode::Writable(argv)
+            } else {
+                ArgvMode::Frozen(argv)
+            },
+            var: json!({"seeded": 1}),
+            sys: json!({"id": "0.1", "when": "2026-01-01T00:00:00Z", "taskid": "0",
+                        "section_name": "Main", "execution": "t", "section_count": 1,
+                        "nothing": null}),
+            snapshot: Some(json!({"selected_model": "m-1", "gone": null})),
+            visible: vec![VisibleSection {
+                level: 2,
+                name: "Items".into(),
+                items: Some(vec!["a".into(), "b".into()]),
+            }],
+            log_events: 3,
+            cancel: Arc::new(AtomicBool::new(false)),
+            region_labels: vec!["section `Main` prologue".into()],
+            random_seed: 1,
+        }
+    }
+
+    /// Run one block of Lua source (compiled as `section `Main` prologue` at line 10).
+    fn run(cfg: VmConfig, source: &str, prose: &str) -> (BlockStep, SectionVm) {
+        let prompt = Prompt::parse(&format!(
+            "---\nname: t\ndescription: d\npromptforge: 0\n---\n\n# T\n\n## Main\n\n```lua\n{source}\n```\n"
+        ))
+        .unwrap();
+        let region = prompt.sections[0].lua_blocks().next().unwrap().clone();
+        let mut vm = SectionVm::new(cfg).unwrap();
+        vm.start_block(&region, prose).unwrap();
+        let step = vm.resume(None);
+        (step, vm)
+    }
+
+    fn result(source: &str) -> String {
+        match run(config(false), source, "").0 {
+            BlockStep::Finished(Some(text)) => text,
+            other => panic!("{source}: {other:?}"),
+        }
+    }
+
+    fn failure(source: &str) -> LuaFailure {
+        match run(config(false), source, "").0 {
+            BlockStep::Failed(f) => f,
+            other => panic!("{source}: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn shim_compiles() {
+        assert!(!shim_bytecode().is_empty());
+    }
+
+    #[test]
+    fn sandbox_has_only_the_listed_globals() {
+        assert_eq!(
+            result("return tostring(load) .. tostring(print) .. tostring(rawget) .. tostring(coroutine) .. tostring(io) .. tostring(os) .. tostring(require) .. tostring(debug) .. tostring(collectgarbage)"),
+            "nilnilnilnilnilnilnilnilnil"
+        );
+        assert_eq!(result("return type(string.upper) .. type(table.insert) .. type(math.floor)"), "functionfunctionfunction");
+    }
+
+    #[test]
+    fn scalar_return_rule() {
+        assert_eq!(result("return 42"), "42");
+        assert_eq!(result("return 3.0"), "3");
+        assert_eq!(result("return 1.5"), "1.5");
+        assert_eq!(result("return true"), "true");
+        assert_eq!(result("return 'a', 'b'"), "a");
+        assert!(matches!(run(config(false), "return nil", "").0, BlockStep::Finished(None)));
+        assert_eq!(failure("return {}").message, "cannot return a table as a result");
+    }
+
+    #[test]
+    fn errors_are_tagged_with_the_prompt_line() {
+        let f = failure("local a = 1\nerror('boom')");
+        assert_eq!(f.kind, FailureKind::Lua);
+        assert_eq!(
+            f.message,
+            "section `Main` prologue:13: [string \"section `Main` prologue\"]:13: boom"
+        );
+        assert!(f.traceback.unwrap().contains("prologue\"]:13:"));
+    }
+
+    #[test]
+    fn engine_error_values_under_pcall() {
+        assert_eq!(
+            result("local ok, e = pcall(function() return sys.index end) return e.kind .. '|' .. tostring(e) .. '|' .. type(e)"),
+            "lua|runtime error: unknown sys field 'index'|table"
+        );
+        assert_eq!(
+            result("local ok, e = pcall(function() argv.mode = 1 end) return 'x: ' .. e"),
+            "x: argv is frozen outside H1: cannot set field 'mode'"
+        );
+        assert_eq!(
+            result("local own = {} local ok, e = pcall(error, own) return tostring(e == own)"),
+            "true"
+        );
+    }
+
+    #[test]
+    fn uncaught_engine_error_gets_a_location() {
+        let f = failure("\nreturn sys.bogus");
+        assert_eq!(f.message, "section `Main` prologue:13: runtime error: unknown sys field 'bogus'");
+    }
+
+    #[test]
+    fn var_guard_and_copy() {
+        assert_eq!(result("local l = {'one'} var.l = l l[2] = 'two' var.l[2] = 'three' return var.l[2] .. #var .. tostring(next(var))"), "three0nil");
+        assert_eq!(result("return getmetatable(var)"), "var is guarded");
+        let f = failure("var.f = function() end");
+        assert!(f.message.ends_with("var.f must be JSON data, got function"), "{}", f.message);
+        let (step, vm) = run(config(false), "var.n = 2", "");
+        assert_eq!(step, BlockStep::Finished(None));
+        assert_eq!(vm.read_back_var().unwrap(), json!({"seeded": 1, "n": 2}));
+        let (_, vm) = run(config(false), "var = {}", "");
+        assert_eq!(
+            vm.read_back_var().unwrap_err().message,
+            "the `var` global was reassigned; write `var.<field>` instead"
+        );
+    }
+
+    #[test]
+    fn sys_rules() {
+        assert_eq!(result("return sys.id .. sys.section_count .. tostring(sys.nothing)"), "0.11nil");
+        assert_eq!(result("return getmetatable(sys)"), "sys is sealed");
+        assert!(failure("sys.when = 'x'").message.ends_with("sys is read-only; cannot set 'when'"));
+        assert!(failure("return sys[1]").message.ends_with("sys fields must be accessed by string key"));
+        assert_eq!(result("local n = 0 for _ in pairs(sys) do n = n + 1 end return n"), "0");
+    }
+
+    #[test]
+    fn argv_in_h1_is_writable_and_read_back() {
+        let (step, vm) = run(config(true), "argv = { query = args }", "");
+        assert_eq!(step, BlockStep::Finished(None));
+        assert_eq!(vm.read_back_argv().unwrap(), json!({"query": "input"}));
+        let (_, vm) = run(config(true), "argv = function() end", "");
+        assert_eq!(vm.read_back_argv().unwrap_err().message, "argv must be JSON data, got function");
+    }
+
+    #[test]
+    fn prose_renders_once_at_first_read() {
+        let (step, _) = run(config(false), "var.w = 'x' local a = prose var.w = 'y' return a .. prose", "w={{ var.w }}");
+        assert_eq!(step, BlockStep::Finished(Some("w=xw=x".into())));
+        assert!(failure("prose = 1").message.ends_with("prose is read-only: assign to `var` or a section global instead"));
+    }
+
+    #[test]
+    fn g_metatable_sits_behind_the_guard() {
+        assert_eq!(
+            result("setmetatable(_G, { __index = function(_, k) return 'D:' .. k end }) return tone .. '|' .. tostring(getmetatable(_G).__index ~= nil) .. '|' .. type(argv)"),
+            "D:tone|true|table"
+        );
+        assert_eq!(result("setmetatable(_G, nil) return tostring(getmetatable(_G))"), "nil");
+        assert_eq!(
+            result("setmetatable(_G, { __metatable = 'mine' }) local ok, e = pcall(setmetatable, _G, {}) return getmetatable(_G) .. '|' .. tostring(ok)"),
+            "mine|false"
+        );
+    }
+
+    #[test]
+    fn log_rules_and_quota() {
+        let (step, mut vm) = run(config(false), "log('one') log('two')", "");
+        assert_eq!(step, BlockStep::Finished(None));
+        assert_eq!(vm.take_logs(), vec!["one", "two"]);
+        assert!(failure("log()").message.ends_with("log expects exactly one argument"));
+        assert!(failure("log(5)").message.ends_with("log message must be a UTF-8 string"));
+        assert!(failure("log('a\\nb')").message.ends_with("log message must not contain newline or control characters"));
+        assert!(failure(&format!("log('{}')", "x".repeat(257))).message.ends_with("log message must be at most 256 characters"));
+        let f = failure("log('1') log('2') log('3') log('4')");
+        assert_eq!(f.kind, FailureKind::Quota);
+        assert!(f.message.ends_with("lua log event budget exceeded"));
+        assert_eq!(result(&format!("log('{}') return 'ok'", "é".repeat(256))), "ok");
+    }
+
+    #[test]
+    fn ui_and_list_from_section() {
+        assert_eq!(result("return ui().selected_model .. '/' .. tostring(ui().gone)"), "m-1/nil");
+        assert_eq!(result("return table.concat(list_from_section('## Items'), ',')"), "a,b");
+        assert!(failure("list_from_section('## Nope')").message.ends_with("section heading `## Nope` not found; available sections: ## Items"));
+    }
+
+    #[test]
+    fn cancel_stops_a_busy_loop() {
+        let cfg = config(false);
+        let cancel = cfg.cancel.clone();
+        cancel.store(true, Ordering::Relaxed);
+        let (step, _) = run(cfg, "while true do pcall(function() end) end", "");
+        assert!(matches!(step, BlockStep::Failed(LuaFailure { kind: FailureKind::Cancelled, .. })));
+    }
+
+    #[test]
+    fn memory_limit_fails_cleanly() {
+        let f = failure("local t = {} for i = 1, 1e9 do t[i] = string.rep('x', 1024) .. i end");
+        assert_eq!(f.kind, FailureKind::Lua);
+        assert!(f.message.contains("not enough memory"), "{}", f.message);
+    }
+
+    #[test]
+    fn yield_is_not_reachable_and_shared_cannot_suspend() {
+        assert!(failure("coroutine.yield(1)").message.contains("attempt to index a nil value"));
+    }
+}

@@ -1,12 +1,14 @@
 -- PromptForge section VM setup. Runs once per section VM, before any prompt code.
 --
--- Receives `host` (private Rust primitives that never raise for language-level failures; they
--- return a value, or nil and a message) and `cfg` (this VM's data), installs the sandbox
+-- Receives `host` (one private Rust function, `host(op, ...)`, that never raises for
+-- language-level failures: it returns a value, or nil and a message) and `cfg` (this VM's
+-- data and the deterministic-iteration callbacks), installs the sandbox
 -- guards and the Engine globals, and returns the private `api` table the Rust side drives.
 -- Everything user code can reach is defined here in Lua so that Engine errors are raised as
 -- error values (tables with a kind and a message) exactly where the spec says, and so that
 -- suspending calls can yield through pcall.
 local host, cfg = ...
+math.randomseed(cfg.seed)
 
 local G = _G
 -- Locals keep the stock names so that stock argument errors name the function as written.
@@ -16,13 +18,28 @@ local setmetatable, getmetatable = setmetatable, getmetatable
 local type, tostring, select, next = type, tostring, select, next
 local yield = coroutine.yield
 
--- The sandbox: only string, table, math and the listed base functions stay reachable.
-for _, name in ipairs({
-  'collectgarbage', 'dofile', 'loadfile', 'load', 'loadstring', 'print', 'warn', 'rawequal',
-  'rawlen', 'rawget', 'rawset', 'coroutine', 'require', 'package', 'io', 'os', 'debug', 'utf8',
-}) do
-  rawset(G, name, nil)
+-- Deterministic pairs/next and table.concat with __tostring (wrappers from order.rs).
+do
+  local det_pairs, det_next, det_concat = __order(cfg.order,
+    table.concat, tostring, type, error, select, rawget)
+  rawset(G, 'pairs', det_pairs)
+  rawset(G, 'next', det_next)
+  rawset(table, 'concat', det_concat)
 end
+
+-- The sandbox: only string, table, math and the listed base functions stay reachable.
+-- (io, os, debug, package, utf8 and require are never loaded.)
+rawset(G, 'collectgarbage', nil)
+rawset(G, 'dofile', nil)
+rawset(G, 'loadfile', nil)
+rawset(G, 'load', nil)
+rawset(G, 'print', nil)
+rawset(G, 'warn', nil)
+rawset(G, 'rawequal', nil)
+rawset(G, 'rawlen', nil)
+rawset(G, 'rawget', nil)
+rawset(G, 'rawset', nil)
+rawset(G, 'coroutine', nil)
 
 ---------------------------------------------------------------------------------------------
 -- Error values
@@ -56,7 +73,7 @@ end
 -- raised come back as they are; a failure inside Rust becomes an error value.
 local function normalize(e)
   if type(e) == 'userdata' and getmetatable(e) == nil then
-    local kind, message = host.normalize(e)
+    local kind, message = host('normalize', e)
     if kind then return make_error(kind, message) end
   end
   return e
@@ -66,7 +83,7 @@ local function finish(ok, ...)
   if not ok then
     local e = ...
     -- A cancel (or a jump) in flight is never caught: it unwinds to the Engine.
-    if host.control_pending() then error(e, 0) end
+    if host('control_pending') then error(e, 0) end
     return false, normalize(e)
   end
   return true, ...
@@ -81,7 +98,7 @@ G.xpcall = function(f, handler, ...)
     return xpcall(f, handler, ...)
   end
   return finish(xpcall(f, function(e)
-    if host.control_pending() then return e end
+    if host('control_pending') then return e end
     return handler(normalize(e))
   end, ...))
 end
@@ -123,7 +140,7 @@ local function var_proxy(data, path)
         rawset(data, k, nil)
         return
       end
-      local copy, message = host.json_copy(unwrap(v), path .. path_segment(k))
+      local copy, message = host('json_copy', unwrap(v), path .. path_segment(k))
       if message then raise(message) end
       rawset(data, k, copy)
     end,
@@ -153,7 +170,7 @@ local function frozen(data)
       if type(k) == 'string' then
         shown = "'" .. k .. "'"
       else
-        shown = host.debug_notation(k)
+        shown = host('debug_notation', k)
       end
       raise('argv is frozen outside H1: cannot set field ' .. shown)
     end,
@@ -169,14 +186,12 @@ local frozen_argv = frozen(cfg.argv)
 ---------------------------------------------------------------------------------------------
 -- sys: sealed, read-only run metadata.
 ---------------------------------------------------------------------------------------------
-local sys_fields, sys_null = cfg.sys, cfg.sys_null
+-- Fields are looked up in Rust on each read (most sections read few or none).
 local sys = setmetatable({}, {
   __index = function(_, k)
     if type(k) ~= 'string' then raise('sys fields must be accessed by string key') end
-    local v = rawget(sys_fields, k)
-    if v == nil and not rawget(sys_null, k) then
-      raise("runtime error: unknown sys field '" .. k .. "'")
-    end
+    local found, v = host('sys', k)
+    if not found then raise("runtime error: unknown sys field '" .. k .. "'") end
     return v
   end,
   __newindex = function(_, k)
@@ -185,12 +200,6 @@ local sys = setmetatable({}, {
   __metatable = 'sys is sealed',
 })
 
-local function sys_lookup(k)
-  local v = rawget(sys_fields, k)
-  if v == nil and not rawget(sys_null, k) then return false end
-  return true, v
-end
-
 ---------------------------------------------------------------------------------------------
 -- _G: one guard metatable that serves argv and prose, with the author's metatable behind it.
 ---------------------------------------------------------------------------------------------
@@ -198,7 +207,7 @@ local author_mt = nil
 local GUARD = {}
 
 local function read_prose()
-  local text, message = host.render_prose()
+  local text, message = host('render_prose')
   if message then raise(message) end
   return text
 end
@@ -281,18 +290,18 @@ rawset(G, 'var', var)
 
 -- 2. The Engine functions.
 rawset(G, 'log', function(...)
-  local message, quota = host.log(select('#', ...), (...))
+  local message, quota = host('log', select('#', ...), (...))
   if message then raise(message, quota and { quota = quota } or nil) end
 end)
 
 -- 3. ui, when the Host supplied a snapshot.
 if cfg.has_ui then
-  rawset(G, 'ui', function() return host.ui() end)
+  rawset(G, 'ui', function() return host('ui') end)
 end
 
 -- 5. list_from_section.
 rawset(G, 'list_from_section', function(heading)
-  local items, message = host.list_from_section(heading)
+  local items, message = host('list_from_section', heading)
   if message then raise(message) end
   return items
 end)
@@ -314,13 +323,15 @@ local api = {}
 
 -- Runs one block as the body of its coroutine; every failure is caught here (with the
 -- traceback recorded by the handler) so the coroutine itself always finishes normally.
+local function on_error(e) return host('on_error', e) end
+
 api.run_block = function(f)
-  return xpcall(f, host.on_error)
+  return xpcall(f, on_error)
 end
 
 -- Loads the shared library directly (not as a block): suspending calls fail to yield.
 api.run_shared = function(f)
-  return xpcall(f, host.on_error)
+  return xpcall(f, on_error)
 end
 
 -- What an uncaught error is: kind, message, the quota it exhausted (if any), and whether the
@@ -331,7 +342,7 @@ api.classify = function(e)
     return rawget(e, 'kind'), tostring(rawget(e, 'message')), extra and extra.quota, true
   end
   if type(e) == 'userdata' and getmetatable(e) == nil then
-    local kind, message = host.normalize(e)
+    local kind, message = host('normalize', e)
     return kind, message, nil, false
   end
   return 'lua', nil, nil, false
@@ -341,7 +352,6 @@ api.var_ok = function() return rawequal(rawget(G, 'var'), var) end
 api.var_data = var_data
 api.argv = function() return rawget(G, 'argv') end
 api.frozen_argv_data = cfg.argv
-api.sys_lookup = sys_lookup
 api.suspend = suspend
 api.globals = G
 
