@@ -159,7 +159,15 @@ fn report(args: &RunArgs, outcome: &Outcome) -> ExitCode {
         }
     } else {
         match outcome {
-            Outcome::Completed(result) => print!("{result}"),
+            Outcome::Completed(result) => {
+                // The result is exact; on a terminal, end the line so the prompt comes back clean.
+                use std::io::IsTerminal;
+                if std::io::stdout().is_terminal() && !result.ends_with('\n') {
+                    println!("{result}");
+                } else {
+                    print!("{result}");
+                }
+            }
             Outcome::Cancelled => eprintln!("cancelled"),
             Outcome::Failed(err) => {
                 let kind = match err.parse_kind {

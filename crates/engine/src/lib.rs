@@ -6,10 +6,13 @@
 //! [`Run::resume`]; the seed and start instant arrive in the [`RunContext`].
 
 pub mod args;
+pub mod determinism;
 pub mod events;
 pub mod outcome;
 pub mod prepare;
 pub mod run;
+pub mod store_path;
+pub mod untrusted;
 pub mod when;
 
 pub use events::Event;

@@ -53,6 +53,29 @@ impl RunErrorKind {
     }
 }
 
+impl RunErrorKind {
+    /// The kind with this spec name, if any.
+    pub fn from_name(name: &str) -> Option<RunErrorKind> {
+        use RunErrorKind::*;
+        [
+            Parse,
+            Version,
+            Binding,
+            Completion,
+            Tool,
+            Vfs,
+            Determinism,
+            Lua,
+            Quota,
+            ContextExhausted,
+            Internal,
+            RequirementsUnmet,
+        ]
+        .into_iter()
+        .find(|k| k.as_str() == name)
+    }
+}
+
 impl fmt::Display for RunErrorKind {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.as_str())

@@ -6,11 +6,12 @@
 //! or the disk: the seed and start instant arrive in the [`RunContext`], and everything
 //! observable is derived from them and from the answers.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use promptforge_lua::vm::{
-    ArgvMode, BlockStep, DEFAULT_LOG_EVENTS, FailureKind, LuaFailure, Request, SectionVm,
+    Answer, ArgvMode, BlockStep, DEFAULT_LOG_EVENTS, FailureKind, LuaFailure, Request, SectionVm,
     VisibleSection, VmConfig,
 };
 use promptforge_syntax::{Block, Prompt, SectionId};
@@ -87,14 +88,29 @@ enum Place {
     Section(SectionId),
 }
 
-/// A section entry in progress: its VM and the next block to run.
+/// What a section entry is doing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Stage {
+    /// Replaying the shared library.
+    Shared,
+    /// Running its blocks.
+    Blocks,
+}
+
+/// A section entry in progress: its VM, its stage, and the next block to run.
 #[derive(Debug)]
 struct Entry {
     place: Place,
     name: String,
     vm: SectionVm,
+    stage: Stage,
     next_block: usize,
-    block_running: bool,
+    /// A coroutine (shared load or block) is in progress.
+    running: bool,
+    /// The effect the coroutine waits on, if it is suspended.
+    waiting: Option<EffectId>,
+    /// The answer to deliver at the next resume.
+    answer: Option<Answer>,
 }
 
 /// Where the main walk is.
@@ -126,6 +142,12 @@ pub struct Run {
     entries: u64,
     when: String,
     labels: Vec<String>,
+    /// The next effect id.
+    next_effect: EffectId,
+    /// Effects issued and not yet returned by `step`.
+    issued: Vec<(EffectId, Effect)>,
+    /// Answers received for effects, by id, not yet delivered.
+    answers: BTreeMap<EffectId, Answer>,
 }
 
 impl Run {
@@ -146,6 +168,9 @@ impl Run {
             entries: 0,
             when,
             labels,
+            next_effect: 0,
+            issued: Vec::new(),
+            answers: BTreeMap::new(),
         }
     }
 
@@ -159,10 +184,13 @@ impl Run {
         self.ctx.cancel.store(true, Ordering::Relaxed);
     }
 
-    /// Answer an effect. This build issues no effects, so any answer is ignored.
-    pub fn resume(&mut self, _id: EffectId, _answer: Result<Json, Json>) {}
+    /// Answer an effect (in any order). Unknown or repeated ids are ignored.
+    pub fn resume(&mut self, id: EffectId, answer: Answer) {
+        self.answers.insert(id, answer);
+    }
 
-    /// Run until every chain waits on Harness work or the run ends.
+    /// Run until every chain waits on Harness work or the run ends. While the run waits, the
+    /// returned list holds the effects issued since the last call (possibly none).
     pub fn step(&mut self) -> Step {
         loop {
             if let Some(outcome) = &self.outcome {
@@ -173,6 +201,12 @@ impl Run {
                 continue;
             }
             let phase = std::mem::replace(&mut self.phase, Phase::Done);
+            let blocked = matches!(&phase, Phase::InEntry(entry)
+                if entry.waiting.is_some_and(|id| !self.answers.contains_key(&id)));
+            if blocked {
+                self.phase = phase;
+                return Step::Effects(std::mem::take(&mut self.issued));
+            }
             self.phase = match phase {
                 Phase::Start => self.start(),
                 Phase::Walk(index) => self.enter_section(index),
@@ -216,16 +250,7 @@ impl Run {
             return Phase::Walk(0);
         }
         let title = self.prompt.title.clone();
-        match self.build_vm(Place::H1, &title, "0.0") {
-            Ok(vm) => Phase::InEntry(Box::new(Entry {
-                place: Place::H1,
-                name: title,
-                vm,
-                next_block: 0,
-                block_running: false,
-            })),
-            Err(failure) => self.fail_from_lua(Place::H1, failure, true),
-        }
+        self.new_entry(Place::H1, title, "0.0")
     }
 
     fn visible_from(&self, place: Place) -> Vec<VisibleSection> {
@@ -273,18 +298,18 @@ impl Run {
         Json::Object(sys)
     }
 
-    /// Build and set up a section VM, replaying the shared library.
-    fn build_vm(&mut self, place: Place, name: &str, id: &str) -> Result<SectionVm, LuaFailure> {
+    /// Build a section VM (the shared library replay then runs as the entry's first stage).
+    fn new_entry(&mut self, place: Place, name: String, id: &str) -> Phase {
         let argv = match place {
             Place::H1 => ArgvMode::Writable(self.argv.clone()),
             Place::Section(_) => ArgvMode::Frozen(self.argv.clone()),
         };
         let cfg = VmConfig {
-            section_name: name.to_owned(),
+            section_name: name.clone(),
             args: self.ctx.args.clone().unwrap_or_default(),
             argv,
             var: self.var.clone(),
-            sys: self.sys_fields(name, id),
+            sys: self.sys_fields(&name, id),
             snapshot: self.ctx.snapshot.clone(),
             visible: self.visible_from(place),
             log_events: self.ctx.log_events,
@@ -292,32 +317,25 @@ impl Run {
             region_labels: self.labels.clone(),
             random_seed: self.ctx.seed ^ fnv1a(id.as_bytes()),
         };
-        let mut vm = SectionVm::new(cfg)?;
-        self.events.push(Event::SharedLoadStarted {
-            section: name.to_owned(),
-        });
-        // Every section VM replays the shared library; a prompt without one replays an empty
-        // library, which runs nothing but still reports its load.
-        let loaded = match &self.prompt.shared {
-            Some(shared) => vm.load_shared(shared),
-            None => Ok(()),
-        };
-        self.flush_logs(&mut vm, name);
-        match loaded {
-            Ok(()) => {
-                self.events.push(Event::SharedLoadSucceeded {
-                    section: name.to_owned(),
+        match SectionVm::new(cfg) {
+            Ok(vm) => {
+                self.events.push(Event::SharedLoadStarted {
+                    section: name.clone(),
                 });
-                Ok(vm)
+                Phase::InEntry(Box::new(Entry {
+                    place,
+                    name,
+                    vm,
+                    stage: Stage::Shared,
+                    next_block: 0,
+                    running: false,
+                    waiting: None,
+                    answer: None,
+                }))
             }
             Err(failure) => {
-                self.events.push(Event::SharedLoadFailed {
-                    section: name.to_owned(),
-                });
-                self.teardown(name);
-                // A failed shared library load keeps its kind; `fail_from_lua` treats it as a
-                // failure around the blocks, so it stays `Lua` even in the H1 pass.
-                Err(failure)
+                self.teardown(&name);
+                self.fail_from_lua(place, failure, true)
             }
         }
     }
@@ -355,16 +373,7 @@ impl Run {
             section: name.clone(),
             id: entry_id.clone(),
         });
-        match self.build_vm(Place::Section(id), &name, &entry_id) {
-            Ok(vm) => Phase::InEntry(Box::new(Entry {
-                place: Place::Section(id),
-                name,
-                vm,
-                next_block: 0,
-                block_running: false,
-            })),
-            Err(failure) => self.fail_from_lua(Place::Section(id), failure, true),
-        }
+        self.new_entry(Place::Section(id), name, &entry_id)
     }
 
     fn blocks_of(&self, place: Place) -> &[Block] {
@@ -377,55 +386,101 @@ impl Run {
         }
     }
 
-    /// Run the entry's blocks until one suspends, the entry ends, or the run ends.
+    /// Run the entry (its shared library replay, then its blocks) until a coroutine suspends,
+    /// the entry ends, or the run ends.
     fn advance_entry(&mut self, mut entry: Box<Entry>) -> Phase {
+        if let Some(id) = entry.waiting.take() {
+            entry.answer = self.answers.remove(&id);
+        }
         loop {
-            if !entry.block_running {
-                let prompt = self.prompt.clone();
-                let blocks = match entry.place {
-                    Place::H1 => &prompt.h1_blocks[..],
-                    Place::Section(id) => {
-                        prompt.section(id).map_or(&[][..], |s| s.blocks.as_slice())
+            if !entry.running {
+                match entry.stage {
+                    Stage::Shared => {
+                        // Every section VM replays the shared library; a prompt without one
+                        // replays an empty library, which runs nothing but still reports it.
+                        let Some(shared) = self.prompt.shared.clone() else {
+                            self.events.push(Event::SharedLoadSucceeded {
+                                section: entry.name.clone(),
+                            });
+                            entry.stage = Stage::Blocks;
+                            continue;
+                        };
+                        if let Err(failure) = entry.vm.start_shared(&shared) {
+                            return self.shared_failed(entry, failure);
+                        }
                     }
-                };
-                // Find the next Lua block; prose blocks are read by the block after them.
-                let mut index = entry.next_block;
-                while index < blocks.len() && !matches!(blocks[index], Block::Lua(_)) {
-                    index += 1;
+                    Stage::Blocks => {
+                        let prompt = self.prompt.clone();
+                        let blocks = match entry.place {
+                            Place::H1 => &prompt.h1_blocks[..],
+                            Place::Section(id) => {
+                                prompt.section(id).map_or(&[][..], |s| s.blocks.as_slice())
+                            }
+                        };
+                        // The next Lua block; prose blocks are read by the block after them.
+                        let mut index = entry.next_block;
+                        while index < blocks.len() && !matches!(blocks[index], Block::Lua(_)) {
+                            index += 1;
+                        }
+                        let Some(Block::Lua(region)) = blocks.get(index) else {
+                            return self.finish_entry(entry, None);
+                        };
+                        let prose = match index.checked_sub(1).and_then(|i| blocks.get(i)) {
+                            Some(Block::Prose(p)) => p.text.as_str(),
+                            _ => "",
+                        };
+                        entry.next_block = index + 1;
+                        self.events.push(Event::BlockStarted {
+                            section: entry.name.clone(),
+                            label: region.label.clone(),
+                        });
+                        if let Err(failure) = entry.vm.start_block(region, prose) {
+                            return self.entry_failed(entry, failure);
+                        }
+                    }
                 }
-                let Some(Block::Lua(region)) = blocks.get(index) else {
-                    return self.finish_entry(entry, None);
-                };
-                let prose = match index.checked_sub(1).and_then(|i| blocks.get(i)) {
-                    Some(Block::Prose(p)) => p.text.as_str(),
-                    _ => "",
-                };
-                entry.next_block = index + 1;
-                self.events.push(Event::BlockStarted {
-                    section: entry.name.clone(),
-                    label: region.label.clone(),
-                });
-                if let Err(failure) = entry.vm.start_block(region, prose) {
-                    return self.entry_failed(entry, failure);
-                }
-                entry.block_running = true;
+                entry.running = true;
             }
-            let step = entry.vm.resume(None);
+            let answer = entry.answer.take();
+            let step = entry.vm.resume(answer);
             let name = entry.name.clone();
             self.flush_logs(&mut entry.vm, &name);
             match step {
-                BlockStep::Suspended(request) => {
-                    let Request::Unknown(op) = request;
-                    let failure = LuaFailure {
-                        kind: FailureKind::Internal,
-                        message: format!("unsupported suspending request `{op}`"),
-                        traceback: None,
+                BlockStep::Suspended(request) => match parse_request(&request) {
+                    Ok(effect) => {
+                        let id = self.next_effect;
+                        self.next_effect += 1;
+                        self.issued.push((id, effect));
+                        entry.waiting = Some(id);
+                        return Phase::InEntry(entry);
+                    }
+                    Err(message) => {
+                        let failure = LuaFailure {
+                            kind: FailureKind::Internal,
+                            message,
+                            traceback: None,
+                        };
+                        return match entry.stage {
+                            Stage::Shared => self.shared_failed(entry, failure),
+                            Stage::Blocks => self.entry_failed(entry, failure),
+                        };
+                    }
+                },
+                BlockStep::Failed(failure) => {
+                    return match entry.stage {
+                        Stage::Shared => self.shared_failed(entry, failure),
+                        Stage::Blocks => self.entry_failed(entry, failure),
                     };
-                    return self.entry_failed(entry, failure);
                 }
-                BlockStep::Failed(failure) => return self.entry_failed(entry, failure),
                 BlockStep::Finished(result) => {
-                    entry.block_running = false;
+                    entry.running = false;
+                    if entry.stage == Stage::Shared {
+                        self.events.push(Event::SharedLoadSucceeded {
+                            section: entry.name.clone(),
+                        });
+                        entry.stage = Stage::Blocks;
+                        continue;
+                    }
                     let label = self
                         .blocks_of(entry.place)
                         .get(entry.next_block.saturating_sub(1))
@@ -446,6 +501,17 @@ impl Run {
                 }
             }
         }
+    }
+
+    /// The shared library failed to load: `Lua` wherever it happens (H1 pass included).
+    fn shared_failed(&mut self, entry: Box<Entry>, failure: LuaFailure) -> Phase {
+        self.events.push(Event::SharedLoadFailed {
+            section: entry.name.clone(),
+        });
+        let (place, name) = (entry.place, entry.name.clone());
+        drop(entry);
+        self.teardown(&name);
+        self.fail_from_lua(place, failure, true)
     }
 
     /// The entry ran out of blocks or returned: read back, tear down, and move on.
@@ -511,13 +577,14 @@ impl Run {
     /// Classify a Lua failure. `around` marks failures around the blocks (shared library
     /// load, read-backs), which stay `Lua` even in the H1 pass.
     fn fail_from_lua(&mut self, place: Place, failure: LuaFailure, around: bool) -> Phase {
-        let kind = match failure.kind {
+        let kind = match &failure.kind {
             FailureKind::Cancelled => {
                 self.end(Outcome::Cancelled);
                 return Phase::Done;
             }
             FailureKind::Quota => RunErrorKind::Quota,
             FailureKind::Internal => RunErrorKind::Internal,
+            FailureKind::Run(name) => RunErrorKind::from_name(name).unwrap_or(RunErrorKind::Lua),
             FailureKind::Lua if place == Place::H1 && !around => RunErrorKind::RequirementsUnmet,
             FailureKind::Lua => RunErrorKind::Lua,
         };
@@ -533,6 +600,11 @@ impl Run {
         self.end(Outcome::Failed(error));
         Phase::Done
     }
+}
+
+/// Parse a suspended call's request into an effect for the Harness.
+fn parse_request(request: &Request) -> Result<Effect, String> {
+    Err(format!("unsupported suspending request `{}`", request.op))
 }
 
 /// A small, stable hash (FNV-1a) for deriving per-entry seeds from entry ids.
@@ -555,9 +627,20 @@ pub fn run_to_end(run: &mut Run) -> (Outcome, Vec<Event>) {
         match step {
             Step::Done(outcome) => return (outcome, events),
             Step::Effects(effects) => {
+                if effects.is_empty() {
+                    // Nothing to answer and nothing issued: the run cannot make progress.
+                    run.cancel();
+                }
                 for (id, effect) in effects {
-                    let message = format!("the Harness cannot perform {effect:?}");
-                    run.resume(id, Err(Json::String(message)));
+                    run.resume(
+                        id,
+                        Answer::Error(promptforge_lua::vm::ErrorValue {
+                            kind: "internal".into(),
+                            message: format!("the Harness cannot perform {effect:?}"),
+                            fields: Json::Object(Map::new()),
+                            run_kind: "Internal".into(),
+                        }),
+                    );
                 }
             }
         }

@@ -25,7 +25,10 @@ fn config() -> VmConfig {
         visible: Vec::new(),
         log_events: 1024,
         cancel: Arc::new(AtomicBool::new(false)),
-        region_labels: vec!["prompt shared library".into(), "section `Main` epilog".into()],
+        region_labels: vec![
+            "prompt shared library".into(),
+            "section `Main` epilog".into(),
+        ],
         random_seed: 1,
     }
 }
@@ -37,9 +40,11 @@ fn bench_entry(c: &mut Criterion) {
     let mut group = c.benchmark_group("section entry");
     group.bench_function("bare mlua VM (baseline)", |b| {
         b.iter(|| {
-            let lua =
-                Lua::new_with(StdLib::STRING | StdLib::TABLE | StdLib::MATH, LuaOptions::new())
-                    .unwrap();
+            let lua = Lua::new_with(
+                StdLib::STRING | StdLib::TABLE | StdLib::MATH,
+                LuaOptions::new(),
+            )
+            .unwrap();
             lua.load(&shared.bytecode[..]).exec().unwrap();
             let out: String = lua.load(&block.bytecode[..]).eval().unwrap();
             drop(lua);

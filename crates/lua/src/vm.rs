@@ -12,8 +12,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use mlua::{
-    Function, HookTriggers, IntoLuaMulti, Lua, LuaOptions, MultiValue, StdLib, Table, Thread, Value, VmState,
-    chunk::ChunkMode, thread::ThreadStatus,
+    Function, HookTriggers, IntoLuaMulti, Lua, LuaOptions, MultiValue, StdLib, Table, Thread,
+    Value, VmState, chunk::ChunkMode, thread::ThreadStatus,
 };
 use promptforge_syntax::LuaRegion;
 use promptforge_syntax::heading_ref::parse_heading_ref;
@@ -83,25 +83,43 @@ pub struct VmConfig {
     pub random_seed: u64,
 }
 
-/// A suspending call's request, parsed from what the shim yielded.
+/// A suspending call's request: the operation name and its payload (JSON data), as the shim
+/// yielded them. The engine parses it into a closed set of effects and rejects anything else.
 #[derive(Debug, Clone, PartialEq)]
-pub enum Request {
-    /// A request of a kind this build does not know (rejected by the engine).
-    Unknown(String),
+pub struct Request {
+    /// The operation, such as `store.read`.
+    pub op: String,
+    /// Its arguments.
+    pub payload: Json,
 }
 
-/// The answer the engine gives a suspended block.
+/// The answer to a suspended call: the value, or an error to raise at the call.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Answer {
-    /// The call succeeded with this value.
+    /// The call returns this value (JSON data).
     Value(Json),
+    /// The call raises this error value.
+    Error(ErrorValue),
+}
+
+/// An error value to raise in Lua at a suspended call.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ErrorValue {
+    /// `err.kind`, one of the thirteen tags.
+    pub kind: String,
+    /// `err.message`.
+    pub message: String,
+    /// The kind's own fields (`reason`, `path`, ...), a JSON object.
+    pub fields: Json,
+    /// The run error kind the error ends the run with when left uncaught (e.g. `Vfs`).
+    pub run_kind: String,
 }
 
 /// The first value a block returned, rendered by the scalar return rule.
 pub type BlockResult = Option<String>;
 
 /// What kind of failure left Lua.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum FailureKind {
     /// An ordinary Lua failure (run error kind `Lua`, or `RequirementsUnmet` in the H1 pass).
     Lua,
@@ -111,6 +129,8 @@ pub enum FailureKind {
     Internal,
     /// The Host cancelled the run.
     Cancelled,
+    /// An Engine error value that carries its own run error kind (e.g. `Vfs`, `Binding`).
+    Run(String),
 }
 
 /// A failure that left a block, the shared library load, or a read-back.
@@ -187,13 +207,23 @@ struct Shared {
     sys: Json,
 }
 
+/// What the VM's coroutine is running.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Running {
+    /// The shared library load.
+    Shared,
+    /// A block.
+    Block,
+}
+
 /// A section VM.
 #[derive(Debug)]
 pub struct SectionVm {
     lua: Lua,
     api: Table,
-    block: Option<Thread>,
-    /// The block function, handed to the runner on the block's first resume.
+    /// The coroutine in progress and what it runs.
+    current: Option<(Thread, Running)>,
+    /// The function to hand the runner on the coroutine's first resume.
     pending_first: Option<Function>,
     shared: Rc<RefCell<Shared>>,
 }
@@ -308,7 +338,7 @@ impl SectionVm {
         Ok(SectionVm {
             lua,
             api,
-            block: None,
+            current: None,
             pending_first: None,
             shared,
         })
@@ -321,13 +351,12 @@ impl SectionVm {
         lua.create_function(move |lua, (op, a, b): (mlua::LuaString, Value, Value)| {
             let op = op.to_str()?;
             match &*op {
-                "control_pending" => Ok(Value::Boolean(
-                    s.borrow().cancel.load(Ordering::Relaxed),
-                )
-                .into_lua_multi(lua)?),
+                "control_pending" => Ok(Value::Boolean(s.borrow().cancel.load(Ordering::Relaxed))
+                    .into_lua_multi(lua)?),
                 "normalize" => match a {
-                    Value::Error(err) => ("internal", format!("lua runtime failure: {err}"))
-                        .into_lua_multi(lua),
+                    Value::Error(err) => {
+                        ("internal", format!("lua runtime failure: {err}")).into_lua_multi(lua)
+                    }
                     _ => Ok(MultiValue::new()),
                 },
                 "json_copy" => {
@@ -372,12 +401,10 @@ impl SectionVm {
                         None => Ok(MultiValue::new()),
                     }
                 }
-                "list_from_section" => {
-                    match list_from_section(lua, &s.borrow().visible, &a)? {
-                        Ok(items) => (items, Value::Nil).into_lua_multi(lua),
-                        Err(message) => (Value::Nil, message).into_lua_multi(lua),
-                    }
-                }
+                "list_from_section" => match list_from_section(lua, &s.borrow().visible, &a)? {
+                    Ok(items) => (items, Value::Nil).into_lua_multi(lua),
+                    Err(message) => (Value::Nil, message).into_lua_multi(lua),
+                },
                 "on_error" => {
                     record_error_site(lua, &s);
                     a.into_lua_multi(lua)
@@ -407,24 +434,27 @@ impl SectionVm {
         })
     }
 
-    /// Replay the shared library (step 9). A scalar return is discarded; any failure is `Lua`.
+    /// Start replaying the shared library (step 9) as a coroutine; drive it with
+    /// [`SectionVm::resume`]. Only store calls may suspend while it loads; a scalar return is
+    /// discarded and any other return fails.
+    pub fn start_shared(&mut self, region: &LuaRegion) -> Result<(), LuaFailure> {
+        self.start(region, "run_shared", Running::Shared)
+    }
+
+    /// Replay the shared library, answering no suspending call (for tests and benchmarks).
     pub fn load_shared(&mut self, region: &LuaRegion) -> Result<(), LuaFailure> {
-        let f = self.load_region(region)?;
-        let run: Function = self
-            .api
-            .raw_get("run_shared")
-            .map_err(|e| LuaFailure::internal(&e))?;
-        let values: MultiValue = run.call(f).map_err(|e| LuaFailure::internal(&e))?;
-        let mut values = values.into_iter();
-        let ok = matches!(values.next(), Some(Value::Boolean(true)));
-        let first = values.next().unwrap_or(Value::Nil);
-        if ok {
-            return match scalar_result(&first) {
-                Ok(_) => Ok(()),
-                Err(message) => Err(LuaFailure::new(FailureKind::Lua, message)),
-            };
+        self.start_shared(region)?;
+        match self.resume(None) {
+            BlockStep::Finished(_) => Ok(()),
+            BlockStep::Failed(failure) => Err(failure),
+            BlockStep::Suspended(request) => Err(LuaFailure::new(
+                FailureKind::Internal,
+                format!(
+                    "the shared library suspended on `{}` with no one to answer",
+                    request.op
+                ),
+            )),
         }
-        Err(self.failure_from(first))
     }
 
     fn load_region(&self, region: &LuaRegion) -> Result<Function, LuaFailure> {
@@ -438,25 +468,34 @@ impl SectionVm {
 
     /// Start a block as a new coroutine. `prose` is its raw pending prose ('' when none).
     pub fn start_block(&mut self, region: &LuaRegion, prose: &str) -> Result<(), LuaFailure> {
+        self.shared.borrow_mut().prose = Prose::Pending(prose.to_owned());
+        self.start(region, "run_block", Running::Block)
+    }
+
+    fn start(
+        &mut self,
+        region: &LuaRegion,
+        runner: &str,
+        running: Running,
+    ) -> Result<(), LuaFailure> {
         let f = self.load_region(region)?;
         let runner: Function = self
             .api
-            .raw_get("run_block")
+            .raw_get(runner)
             .map_err(|e| LuaFailure::internal(&e))?;
         let thread = self
             .lua
             .create_thread(runner)
             .map_err(|e| LuaFailure::internal(&e))?;
-        // The first resume passes the block function to the runner.
-        self.shared.borrow_mut().prose = Prose::Pending(prose.to_owned());
-        self.block = Some(thread);
+        self.current = Some((thread, running));
         self.pending_first = Some(f);
         Ok(())
     }
 
-    /// Run the current block until it finishes, fails, or suspends.
-    pub fn resume(&mut self, answer: Option<Result<Json, Json>>) -> BlockStep {
-        let Some(thread) = self.block.clone() else {
+    /// Run the current coroutine until it finishes, fails, or suspends. `answer` answers the
+    /// request it last suspended on (`None` on the first resume).
+    pub fn resume(&mut self, answer: Option<Answer>) -> BlockStep {
+        let Some((thread, running)) = self.current.clone() else {
             return BlockStep::Failed(LuaFailure::new(
                 FailureKind::Internal,
                 "no block is running",
@@ -464,41 +503,58 @@ impl SectionVm {
         };
         let result: mlua::Result<MultiValue> = match self.pending_first.take() {
             Some(f) => thread.resume(f),
-            None => {
-                let args = match answer {
-                    Some(Ok(value)) => json::from_json(&self.lua, &value).map(|v| (true, v)),
-                    Some(Err(err)) => json::from_json(&self.lua, &err).map(|v| (false, v)),
-                    None => Ok((true, Value::Nil)),
-                };
-                match args {
-                    Ok(args) => thread.resume(args),
-                    Err(e) => Err(e),
-                }
-            }
+            None => match self.answer_values(answer) {
+                Ok(args) => thread.resume(args),
+                Err(e) => Err(e),
+            },
         };
         let values = match result {
             Ok(values) => values,
             Err(e) => {
-                self.block = None;
+                self.current = None;
                 return BlockStep::Failed(self.classify_mlua_error(&e));
             }
         };
         if thread.status() == ThreadStatus::Resumable {
-            let request = values.into_iter().next().unwrap_or(Value::Nil);
-            return BlockStep::Suspended(parse_request(&request));
+            let mut values = values.into_iter();
+            let op = match values.next() {
+                Some(Value::String(op)) => op.to_string_lossy(),
+                _ => String::new(),
+            };
+            let payload = values
+                .next()
+                .map(|v| json::to_json(&v, "request").unwrap_or(Json::Null))
+                .unwrap_or(Json::Null);
+            return BlockStep::Suspended(Request { op, payload });
         }
-        self.block = None;
+        self.current = None;
         self.shared.borrow_mut().prose = Prose::Unset;
         let mut values = values.into_iter();
         let ok = matches!(values.next(), Some(Value::Boolean(true)));
         let first = values.next().unwrap_or(Value::Nil);
-        if ok {
-            match scalar_result(&first) {
-                Ok(result) => BlockStep::Finished(result),
-                Err(message) => BlockStep::Failed(LuaFailure::new(FailureKind::Lua, message)),
+        if !ok {
+            return BlockStep::Failed(self.failure_from(first));
+        }
+        match (scalar_result(&first), running) {
+            (Ok(_), Running::Shared) => BlockStep::Finished(None),
+            (Ok(result), Running::Block) => BlockStep::Finished(result),
+            (Err(message), _) => BlockStep::Failed(LuaFailure::new(FailureKind::Lua, message)),
+        }
+    }
+
+    /// The values a suspended coroutine resumes with: `(true, value)` or `(false, error)`.
+    fn answer_values(&self, answer: Option<Answer>) -> mlua::Result<(bool, Value)> {
+        match answer {
+            None => Ok((true, Value::Nil)),
+            Some(Answer::Value(value)) => Ok((true, json::from_json(&self.lua, &value)?)),
+            Some(Answer::Error(err)) => {
+                let t = self.lua.create_table()?;
+                t.raw_set("kind", err.kind)?;
+                t.raw_set("message", err.message)?;
+                t.raw_set("fields", json::from_json(&self.lua, &err.fields)?)?;
+                t.raw_set("run_kind", err.run_kind)?;
+                Ok((false, Value::Table(t)))
             }
-        } else {
-            BlockStep::Failed(self.failure_from(first))
         }
     }
 
@@ -521,11 +577,12 @@ impl SectionVm {
         let labels = self.shared.borrow().region_labels.clone();
         let classify: mlua::Result<Function> = self.api.raw_get("classify");
         let classified = classify
-            .and_then(|f| f.call::<(String, Option<String>, Option<String>, bool)>(e.clone()));
-        let (kind, message, quota, is_value) = match classified {
+            .and_then(|f| f.call::<(Option<String>, Option<String>, Option<String>)>(e.clone()));
+        let (error_kind, message, run_kind) = match classified {
             Ok(c) => c,
             Err(err) => return LuaFailure::internal(&err),
         };
+        let is_value = error_kind.is_some();
         let message = match message {
             Some(m) => m,
             None => match &e {
@@ -536,22 +593,28 @@ impl SectionVm {
                 other => format!("(error object is a {} value)", lua_type_name(other)),
             },
         };
-        let failure_kind = match (kind.as_str(), quota.is_some()) {
-            (_, true) => FailureKind::Quota,
-            ("internal", _) => FailureKind::Internal,
-            _ => FailureKind::Lua,
+        let kind = match run_kind.as_deref() {
+            Some("Quota") => FailureKind::Quota,
+            Some("Internal") => FailureKind::Internal,
+            Some("Cancelled") => FailureKind::Cancelled,
+            Some(other) => FailureKind::Run(other.to_owned()),
+            None if error_kind.as_deref() == Some("cancelled") => FailureKind::Cancelled,
+            None => FailureKind::Lua,
         };
         // The run message opens with a `{location}:{line}: ` tag: taken from the first
-        // region marker in the text, or, for an Engine error value, from where it was raised.
+        // region marker in the text, or, for a lua-kind Engine error value, from where it was
+        // raised. Harness errors (store, model, ...) keep their message as it is.
         let tagged = if let Some((label, line)) = first_marker(&message, &labels) {
             format!("{label}:{line}: {message}")
-        } else if let (true, Some((label, line))) = (is_value, &site.location) {
+        } else if let (true, FailureKind::Lua, Some((label, line))) =
+            (is_value, &kind, &site.location)
+        {
             format!("{label}:{line}: {message}")
         } else {
             message
         };
         LuaFailure {
-            kind: failure_kind,
+            kind,
             message: tagged,
             traceback: site.traceback,
         }
@@ -635,18 +698,6 @@ fn shim_bytecode() -> &'static [u8] {
             })
             .unwrap_or_default()
     })
-}
-
-fn parse_request(value: &Value) -> Request {
-    match value {
-        Value::Table(t) => Request::Unknown(
-            t.raw_get::<Option<String>>("op")
-                .ok()
-                .flatten()
-                .unwrap_or_default(),
-        ),
-        other => Request::Unknown(lua_type_name(other).to_owned()),
-    }
 }
 
 /// The `log` rules and quotas. Returns the error message and the quota it exhausted, if any.
@@ -896,10 +947,15 @@ mod tests {
     #[test]
     fn sandbox_has_only_the_listed_globals() {
         assert_eq!(
-            result("return tostring(load) .. tostring(print) .. tostring(rawget) .. tostring(coroutine) .. tostring(io) .. tostring(os) .. tostring(require) .. tostring(debug) .. tostring(collectgarbage)"),
+            result(
+                "return tostring(load) .. tostring(print) .. tostring(rawget) .. tostring(coroutine) .. tostring(io) .. tostring(os) .. tostring(require) .. tostring(debug) .. tostring(collectgarbage)"
+            ),
             "nilnilnilnilnilnilnilnilnil"
         );
-        assert_eq!(result("return type(string.upper) .. type(table.insert) .. type(math.floor)"), "functionfunctionfunction");
+        assert_eq!(
+            result("return type(string.upper) .. type(table.insert) .. type(math.floor)"),
+            "functionfunctionfunction"
+        );
     }
 
     #[test]
@@ -909,8 +965,14 @@ mod tests {
         assert_eq!(result("return 1.5"), "1.5");
         assert_eq!(result("return true"), "true");
         assert_eq!(result("return 'a', 'b'"), "a");
-        assert!(matches!(run(config(false), "return nil", "").0, BlockStep::Finished(None)));
-        assert_eq!(failure("return {}").message, "cannot return a table as a result");
+        assert!(matches!(
+            run(config(false), "return nil", "").0,
+            BlockStep::Finished(None)
+        ));
+        assert_eq!(
+            failure("return {}").message,
+            "cannot return a table as a result"
+        );
     }
 
     #[test]
@@ -927,7 +989,9 @@ mod tests {
     #[test]
     fn engine_error_values_under_pcall() {
         assert_eq!(
-            result("local ok, e = pcall(function() return sys.index end) return e.kind .. '|' .. tostring(e) .. '|' .. type(e)"),
+            result(
+                "local ok, e = pcall(function() return sys.index end) return e.kind .. '|' .. tostring(e) .. '|' .. type(e)"
+            ),
             "lua|runtime error: unknown sys field 'index'|table"
         );
         assert_eq!(
@@ -943,15 +1007,27 @@ mod tests {
     #[test]
     fn uncaught_engine_error_gets_a_location() {
         let f = failure("\nreturn sys.bogus");
-        assert_eq!(f.message, "section `Main` prologue:13: runtime error: unknown sys field 'bogus'");
+        assert_eq!(
+            f.message,
+            "section `Main` prologue:13: runtime error: unknown sys field 'bogus'"
+        );
     }
 
     #[test]
     fn var_guard_and_copy() {
-        assert_eq!(result("local l = {'one'} var.l = l l[2] = 'two' var.l[2] = 'three' return var.l[2] .. #var .. tostring(next(var))"), "three0nil");
+        assert_eq!(
+            result(
+                "local l = {'one'} var.l = l l[2] = 'two' var.l[2] = 'three' return var.l[2] .. #var .. tostring(next(var))"
+            ),
+            "three0nil"
+        );
         assert_eq!(result("return getmetatable(var)"), "var is guarded");
         let f = failure("var.f = function() end");
-        assert!(f.message.ends_with("var.f must be JSON data, got function"), "{}", f.message);
+        assert!(
+            f.message.ends_with("var.f must be JSON data, got function"),
+            "{}",
+            f.message
+        );
         let (step, vm) = run(config(false), "var.n = 2", "");
         assert_eq!(step, BlockStep::Finished(None));
         assert_eq!(vm.read_back_var().unwrap(), json!({"seeded": 1, "n": 2}));
@@ -964,11 +1040,25 @@ mod tests {
 
     #[test]
     fn sys_rules() {
-        assert_eq!(result("return sys.id .. sys.section_count .. tostring(sys.nothing)"), "0.11nil");
+        assert_eq!(
+            result("return sys.id .. sys.section_count .. tostring(sys.nothing)"),
+            "0.11nil"
+        );
         assert_eq!(result("return getmetatable(sys)"), "sys is sealed");
-        assert!(failure("sys.when = 'x'").message.ends_with("sys is read-only; cannot set 'when'"));
-        assert!(failure("return sys[1]").message.ends_with("sys fields must be accessed by string key"));
-        assert_eq!(result("local n = 0 for _ in pairs(sys) do n = n + 1 end return n"), "0");
+        assert!(
+            failure("sys.when = 'x'")
+                .message
+                .ends_with("sys is read-only; cannot set 'when'")
+        );
+        assert!(
+            failure("return sys[1]")
+                .message
+                .ends_with("sys fields must be accessed by string key")
+        );
+        assert_eq!(
+            result("local n = 0 for _ in pairs(sys) do n = n + 1 end return n"),
+            "0"
+        );
     }
 
     #[test]
@@ -977,25 +1067,43 @@ mod tests {
         assert_eq!(step, BlockStep::Finished(None));
         assert_eq!(vm.read_back_argv().unwrap(), json!({"query": "input"}));
         let (_, vm) = run(config(true), "argv = function() end", "");
-        assert_eq!(vm.read_back_argv().unwrap_err().message, "argv must be JSON data, got function");
+        assert_eq!(
+            vm.read_back_argv().unwrap_err().message,
+            "argv must be JSON data, got function"
+        );
     }
 
     #[test]
     fn prose_renders_once_at_first_read() {
-        let (step, _) = run(config(false), "var.w = 'x' local a = prose var.w = 'y' return a .. prose", "w={{ var.w }}");
+        let (step, _) = run(
+            config(false),
+            "var.w = 'x' local a = prose var.w = 'y' return a .. prose",
+            "w={{ var.w }}",
+        );
         assert_eq!(step, BlockStep::Finished(Some("w=xw=x".into())));
-        assert!(failure("prose = 1").message.ends_with("prose is read-only: assign to `var` or a section global instead"));
+        assert!(
+            failure("prose = 1")
+                .message
+                .ends_with("prose is read-only: assign to `var` or a section global instead")
+        );
     }
 
     #[test]
     fn g_metatable_sits_behind_the_guard() {
         assert_eq!(
-            result("setmetatable(_G, { __index = function(_, k) return 'D:' .. k end }) return tone .. '|' .. tostring(getmetatable(_G).__index ~= nil) .. '|' .. type(argv)"),
+            result(
+                "setmetatable(_G, { __index = function(_, k) return 'D:' .. k end }) return tone .. '|' .. tostring(getmetatable(_G).__index ~= nil) .. '|' .. type(argv)"
+            ),
             "D:tone|true|table"
         );
-        assert_eq!(result("setmetatable(_G, nil) return tostring(getmetatable(_G))"), "nil");
         assert_eq!(
-            result("setmetatable(_G, { __metatable = 'mine' }) local ok, e = pcall(setmetatable, _G, {}) return getmetatable(_G) .. '|' .. tostring(ok)"),
+            result("setmetatable(_G, nil) return tostring(getmetatable(_G))"),
+            "nil"
+        );
+        assert_eq!(
+            result(
+                "setmetatable(_G, { __metatable = 'mine' }) local ok, e = pcall(setmetatable, _G, {}) return getmetatable(_G) .. '|' .. tostring(ok)"
+            ),
             "mine|false"
         );
     }
@@ -1005,21 +1113,50 @@ mod tests {
         let (step, mut vm) = run(config(false), "log('one') log('two')", "");
         assert_eq!(step, BlockStep::Finished(None));
         assert_eq!(vm.take_logs(), vec!["one", "two"]);
-        assert!(failure("log()").message.ends_with("log expects exactly one argument"));
-        assert!(failure("log(5)").message.ends_with("log message must be a UTF-8 string"));
-        assert!(failure("log('a\\nb')").message.ends_with("log message must not contain newline or control characters"));
-        assert!(failure(&format!("log('{}')", "x".repeat(257))).message.ends_with("log message must be at most 256 characters"));
+        assert!(
+            failure("log()")
+                .message
+                .ends_with("log expects exactly one argument")
+        );
+        assert!(
+            failure("log(5)")
+                .message
+                .ends_with("log message must be a UTF-8 string")
+        );
+        assert!(
+            failure("log('a\\nb')")
+                .message
+                .ends_with("log message must not contain newline or control characters")
+        );
+        assert!(
+            failure(&format!("log('{}')", "x".repeat(257)))
+                .message
+                .ends_with("log message must be at most 256 characters")
+        );
         let f = failure("log('1') log('2') log('3') log('4')");
         assert_eq!(f.kind, FailureKind::Quota);
         assert!(f.message.ends_with("lua log event budget exceeded"));
-        assert_eq!(result(&format!("log('{}') return 'ok'", "é".repeat(256))), "ok");
+        assert_eq!(
+            result(&format!("log('{}') return 'ok'", "é".repeat(256))),
+            "ok"
+        );
     }
 
     #[test]
     fn ui_and_list_from_section() {
-        assert_eq!(result("return ui().selected_model .. '/' .. tostring(ui().gone)"), "m-1/nil");
-        assert_eq!(result("return table.concat(list_from_section('## Items'), ',')"), "a,b");
-        assert!(failure("list_from_section('## Nope')").message.ends_with("section heading `## Nope` not found; available sections: ## Items"));
+        assert_eq!(
+            result("return ui().selected_model .. '/' .. tostring(ui().gone)"),
+            "m-1/nil"
+        );
+        assert_eq!(
+            result("return table.concat(list_from_section('## Items'), ',')"),
+            "a,b"
+        );
+        assert!(
+            failure("list_from_section('## Nope')")
+                .message
+                .ends_with("section heading `## Nope` not found; available sections: ## Items")
+        );
     }
 
     #[test]
@@ -1028,7 +1165,13 @@ mod tests {
         let cancel = cfg.cancel.clone();
         cancel.store(true, Ordering::Relaxed);
         let (step, _) = run(cfg, "while true do pcall(function() end) end", "");
-        assert!(matches!(step, BlockStep::Failed(LuaFailure { kind: FailureKind::Cancelled, .. })));
+        assert!(matches!(
+            step,
+            BlockStep::Failed(LuaFailure {
+                kind: FailureKind::Cancelled,
+                ..
+            })
+        ));
     }
 
     #[test]
@@ -1040,6 +1183,10 @@ mod tests {
 
     #[test]
     fn yield_is_not_reachable_and_shared_cannot_suspend() {
-        assert!(failure("coroutine.yield(1)").message.contains("attempt to index a nil value"));
+        assert!(
+            failure("coroutine.yield(1)")
+                .message
+                .contains("attempt to index a nil value")
+        );
     }
 }

@@ -16,7 +16,8 @@ local pcall, xpcall, error = pcall, xpcall, error
 local rawget, rawset, rawequal = rawget, rawset, rawequal
 local setmetatable, getmetatable = setmetatable, getmetatable
 local type, tostring, select, next = type, tostring, select, next
-local yield = coroutine.yield
+local yield, yieldable = coroutine.yield, coroutine.isyieldable
+local table_pack, table_unpack = table.pack, table.unpack
 
 -- Deterministic pairs/next and table.concat with __tostring (wrappers from order.rs).
 do
@@ -76,6 +77,8 @@ local function normalize(e)
     local kind, message = host('normalize', e)
     if kind then return make_error(kind, message) end
   end
+  -- Running out of Lua memory raises Lua's own preallocated message; it is a `lua` error.
+  if e == 'not enough memory' then return make_error('lua', e) end
   return e
 end
 
@@ -306,12 +309,26 @@ rawset(G, 'list_from_section', function(heading)
   return items
 end)
 
--- Suspending calls reach the Engine through this one yield point. The request is a plain
--- table; the answer is (true, value) or (false, error value).
-local function suspend(request)
-  local ok, value = yield(request)
+-- Suspending calls reach the Engine through this one yield point: `suspend(op, payload)`
+-- yields the operation name and a payload table of JSON data; the Engine answers
+-- (true, value) or (false, error) where error is {kind, message, fields, run_kind}.
+local suspends = 0
+local in_shared_load = false
+
+local function suspend(op, payload, allowed_in_shared_load)
+  if in_shared_load and not allowed_in_shared_load then
+    -- The shared library's top-level code runs directly, not as a block.
+    error('attempt to yield from outside a coroutine', 0)
+  end
+  if not yieldable() then
+    error('attempt to yield from outside a coroutine', 0)
+  end
+  local ok, value = yield(op, payload)
+  suspends = suspends + 1
   if ok then return value end
-  error(value, 0)
+  local e = make_error(value.kind, value.message, value.fields,
+    { run_kind = value.run_kind, epoch = suspends })
+  error(e, 0)
 end
 
 setmetatable(G, GUARD)
@@ -329,30 +346,48 @@ api.run_block = function(f)
   return xpcall(f, on_error)
 end
 
--- Loads the shared library directly (not as a block): suspending calls fail to yield.
+-- Replays the shared library: only store calls may suspend while it loads.
 api.run_shared = function(f)
-  return xpcall(f, on_error)
+  in_shared_load = true
+  local results = table_pack(xpcall(f, on_error))
+  in_shared_load = false
+  return table_unpack(results, 1, results.n)
 end
 
--- What an uncaught error is: kind, message, the quota it exhausted (if any), and whether the
--- value is an Engine error value.
+-- What an uncaught error is: its error kind (nil for a value that is not an Engine error
+-- value), its message, and the run error kind it carries (nil: decided by the caller).
+-- An error value raised again after another suspending call keeps its run error kind only
+-- for the kinds the spec lists; a log quota error is `Quota` while it is fresh.
+local KEEPS_KIND_LATER = {
+  context_exhausted = 'reason', tool_loop_exhausted = true, empty_model_reply = true,
+  tool = true, store = 'reason', cancelled = true,
+}
 api.classify = function(e)
   if getmetatable(e) == ERR then
-    local extra = ERR_EXTRA[e]
-    return rawget(e, 'kind'), tostring(rawget(e, 'message')), extra and extra.quota, true
+    local extra = ERR_EXTRA[e] or {}
+    local kind = rawget(e, 'kind')
+    local message = tostring(rawget(e, 'message'))
+    if extra.quota then return kind, message, 'Quota' end
+    local run_kind = extra.run_kind
+    if extra.epoch ~= nil and extra.epoch ~= suspends then
+      local keep = KEEPS_KIND_LATER[kind]
+      if keep == nil or (keep ~= true and rawget(e, keep) == nil) then
+        run_kind = nil
+      end
+    end
+    return kind, message, run_kind
   end
   if type(e) == 'userdata' and getmetatable(e) == nil then
     local kind, message = host('normalize', e)
-    return kind, message, nil, false
+    return kind, message, 'Internal'
   end
-  return 'lua', nil, nil, false
+  return nil, nil, nil
 end
 
 api.var_ok = function() return rawequal(rawget(G, 'var'), var) end
 api.var_data = var_data
 api.argv = function() return rawget(G, 'argv') end
 api.frozen_argv_data = cfg.argv
-api.suspend = suspend
 api.globals = G
 
 return api
