@@ -5,6 +5,8 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 
 mod check;
+mod host;
+mod models;
 mod run;
 mod source;
 
@@ -21,7 +23,9 @@ enum Command {
     /// Parse prompt files and report every problem without running anything.
     Check(check::CheckArgs),
     /// Run a prompt.
-    Run(run::RunArgs),
+    Run(Box<run::RunArgs>),
+    /// List the model catalog (promptforge.toml, the user config file, and quick ids).
+    Models(models::ModelsArgs),
 }
 
 fn main() -> ExitCode {
@@ -29,5 +33,6 @@ fn main() -> ExitCode {
     match cli.command {
         Command::Check(args) => check::check(&args),
         Command::Run(args) => run::run(&args),
+        Command::Models(args) => models::models(&args),
     }
 }

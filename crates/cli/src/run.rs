@@ -12,7 +12,12 @@ use clap::Args;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use promptforge_engine::{Outcome, Run, RunContext, run_to_end};
+use promptforge_engine::store_path::{StoreAnswer, StoreOp};
+use promptforge_engine::{Outcome, Run, RunContext};
+use promptforge_harness::model::{Catalog, Environment, ScriptedModel};
+use promptforge_harness::store::{Store, collect_output_file, place_input_file};
+
+use crate::host::{CurrentModel, Host};
 use promptforge_syntax::Prompt;
 use serde::Serialize;
 
@@ -36,17 +41,28 @@ pub struct RunArgs {
     #[arg(long, value_name = "RFC3339")]
     when: Option<String>,
     /// Answer every model round from a scripted model file.
-    #[arg(long, value_name = "FILE")]
+    #[arg(long, value_name = "FILE", conflicts_with = "model")]
     script: Option<PathBuf>,
+    /// The current model: a catalog id or a quick id such as `openai:gpt-4.1`
+    /// (default: the catalog's `default`, if any). See `promptforge models`.
+    #[arg(long, value_name = "ID")]
+    model: Option<String>,
     /// A JSON object file: the Host-state snapshot that `ui()` returns.
     #[arg(long, value_name = "FILE")]
     snapshot: Option<PathBuf>,
     /// An operator answer for the input broker (repeatable, in order).
     #[arg(long = "input", value_name = "TEXT")]
     inputs: Vec<String>,
-    /// The run's store is this directory on disk.
+    /// The run's store is this directory on disk (default: a fresh directory under the
+    /// system temp folder, reported on stderr and kept after the run).
     #[arg(long, value_name = "DIR")]
     store: Option<PathBuf>,
+    /// Place this host file in the store as the prompt's declared `input:` file.
+    #[arg(long, value_name = "PATH")]
+    input_file: Option<PathBuf>,
+    /// Copy the prompt's declared `output:` file here after the run.
+    #[arg(long, value_name = "PATH")]
+    output_file: Option<PathBuf>,
 }
 
 /// The outcome object of the CLI contract.
@@ -137,15 +153,99 @@ fn context(args: &RunArgs, cancel: Arc<AtomicBool>) -> Result<RunContext, String
     Ok(ctx)
 }
 
-fn execute(text: &str, mut ctx: RunContext) -> Outcome {
+/// The Host's current model: the scripted model, `--model`, or the catalog's default.
+fn current_model(args: &RunArgs) -> Result<Option<CurrentModel>, String> {
+    if let Some(path) = &args.script {
+        let scripted = ScriptedModel::load(path).map_err(|e| e.to_string())?;
+        let Some(description) = scripted.model().cloned() else {
+            return Ok(None);
+        };
+        return Ok(Some(CurrentModel {
+            description,
+            provider: Arc::new(scripted),
+        }));
+    }
+    let cwd =
+        std::env::current_dir().map_err(|e| format!("cannot read the working directory: {e}"))?;
+    let catalog = Catalog::load_standard(&cwd).map_err(|e| e.to_string())?;
+    let id = match &args.model {
+        Some(id) => id.clone(),
+        None => match catalog.default_id() {
+            Some(id) => id.to_owned(),
+            None => return Ok(None),
+        },
+    };
+    let resolved = catalog
+        .resolve(&id, &Environment::Process)
+        .map_err(|e| e.to_string())?;
+    Ok(Some(CurrentModel {
+        description: resolved.description,
+        provider: resolved.provider,
+    }))
+}
+
+/// The run's store: `--store DIR`, or a fresh directory under the system temp folder.
+fn open_store(args: &RunArgs) -> Result<Store, String> {
+    let dir = match &args.store {
+        Some(dir) => dir.clone(),
+        None => {
+            let dir = tempfile::Builder::new()
+                .prefix("promptforge-store-")
+                .tempdir()
+                .map_err(|e| format!("cannot create a store directory: {e}"))?
+                .keep();
+            eprintln!("store: {}", dir.display());
+            dir
+        }
+    };
+    Store::directory(&dir).map_err(|e| format!("cannot open the store at {}: {e}", dir.display()))
+}
+
+fn execute(args: &RunArgs, text: &str, mut ctx: RunContext) -> Result<Outcome, String> {
     let prompt = match Prompt::parse(text) {
         Ok(prompt) => prompt,
-        Err(err) => return Outcome::Failed(err.into()),
+        Err(err) => return Ok(Outcome::Failed(err.into())),
     };
+    let model = current_model(args)?;
+    let mut store = open_store(args)?;
+    if let Some(decl) = &prompt.frontmatter.input {
+        match &args.input_file {
+            Some(file) => place_input_file(&mut store, &decl.path, file)
+                .map_err(|e| format!("--input-file {}: {e}", file.display()))?,
+            None => {
+                // A store the Host seeded already may hold it; otherwise say what to pass.
+                let present = store.perform(&StoreOp::Exists {
+                    path: decl.path.clone(),
+                });
+                if !matches!(present, Ok(StoreAnswer::Bool(true))) {
+                    return Err(format!(
+                        "this prompt reads the input file `{}` ({}): pass it with --input-file PATH",
+                        decl.path, decl.description
+                    ));
+                }
+            }
+        }
+    }
     ctx.execution = prompt.frontmatter.name.clone();
+    ctx.host.model = model.as_ref().map(|m| m.description.engine_info());
+    let output = prompt.frontmatter.output.clone();
+    let host = Host::new(model, store, ctx.cancel.clone())?;
     let mut run = Run::new(Arc::new(prompt), ctx);
-    let (outcome, _events) = run_to_end(&mut run);
-    outcome
+    let outcome = host.drive(&mut run);
+    if let (Some(decl), Some(file)) = (&output, &args.output_file) {
+        if let Err(e) = collect_output_file(&host.store(), &decl.path, file) {
+            eprintln!(
+                "warning: cannot collect the output file `{}`: {e}",
+                decl.path
+            );
+        }
+    } else if let Some(decl) = &output {
+        eprintln!(
+            "output file `{}` is in the store (pass --output-file PATH to copy it out)",
+            decl.path
+        );
+    }
+    Ok(outcome)
 }
 
 fn report(args: &RunArgs, outcome: &Outcome) -> ExitCode {
@@ -216,6 +316,11 @@ pub fn run(args: &RunArgs) -> ExitCode {
     if let Err(e) = ctrlc::set_handler(move || flag.store(true, Ordering::Relaxed)) {
         eprintln!("warning: cannot install the Ctrl-C handler: {e}");
     }
-    let outcome = execute(&text, ctx);
-    report(args, &outcome)
+    match execute(args, &text, ctx) {
+        Ok(outcome) => report(args, &outcome),
+        Err(message) => {
+            eprintln!("error: {message}");
+            ExitCode::from(2)
+        }
+    }
 }

@@ -12,7 +12,6 @@ pub mod outcome;
 pub mod prepare;
 pub mod run;
 pub mod store_path;
-pub mod untrusted;
 pub mod when;
 
 pub use events::Event;

@@ -36,6 +36,8 @@ pub struct ModelInfo {
     pub context: u64,
     /// Thinking capability.
     pub thinking: ThinkingCapability,
+    /// The catalog description (may be empty).
+    pub description: String,
 }
 
 /// A Plugin the Harness provides.
@@ -249,6 +251,7 @@ mod tests {
                 id: "m".into(),
                 context: 32000,
                 thinking: ThinkingCapability::Never,
+                description: String::new(),
             }),
         };
         assert_eq!(
@@ -261,6 +264,7 @@ mod tests {
                 id: "m".into(),
                 context: 200000,
                 thinking: ThinkingCapability::Always,
+                description: String::new(),
             }),
         };
         assert_eq!(

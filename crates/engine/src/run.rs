@@ -6,10 +6,13 @@
 //! or the disk: the seed and start instant arrive in the [`RunContext`], and everything
 //! observable is derived from them and from the answers.
 
+use std::cell::RefCell;
 use std::collections::BTreeMap;
+use std::rc::Rc;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
+use promptforge_lua::models::{ModelDesc, ModelsState, RoleDesc, ThinkingMode};
 use promptforge_lua::vm::{
     Answer, ArgvMode, BlockStep, DEFAULT_LOG_EVENTS, FailureKind, LuaFailure, Request, SectionVm,
     VisibleSection, VmConfig,
@@ -17,10 +20,15 @@ use promptforge_lua::vm::{
 use promptforge_syntax::{Block, Prompt, SectionId};
 use serde_json::{Map, Value as Json};
 
+use promptforge_lua::untrusted::nonce_for_run;
+use promptforge_lua::vm::ErrorValue;
+
 use crate::args::derive_argv;
+use crate::determinism::{ChainRef, Claims};
 use crate::events::Event;
 use crate::outcome::{Outcome, RunError, RunErrorKind, first_step};
-use crate::prepare::{HostState, requirements_notice};
+use crate::prepare::{HostState, ThinkingCapability, requirements_notice};
+use crate::store_path::{BoundArg, LineRange, StoreAnswer, StoreError, StoreOp, line_range};
 use crate::when::render_when;
 
 /// What the Host gives a run when it creates it.
@@ -42,6 +50,8 @@ pub struct RunContext {
     pub log_events: u32,
     /// Raised by the Host to cancel the run.
     pub cancel: Arc<AtomicBool>,
+    /// The run's default round cap for `models.loop` (24 unless the Harness sets another).
+    pub round_cap: u32,
 }
 
 impl RunContext {
@@ -56,9 +66,13 @@ impl RunContext {
             host: HostState::default(),
             log_events: DEFAULT_LOG_EVENTS,
             cancel: Arc::new(AtomicBool::new(false)),
+            round_cap: DEFAULT_ROUND_CAP,
         }
     }
 }
+
+/// The default round cap of a `models.loop` call.
+pub const DEFAULT_ROUND_CAP: u32 = 24;
 
 /// An effect id: unique within a run, assigned in issue order.
 pub type EffectId = u64;
@@ -66,8 +80,41 @@ pub type EffectId = u64;
 /// Harness work the engine asks for.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Effect {
-    /// A request the engine does not understand yet (never issued by released globals).
-    Unsupported(String),
+    /// One model round.
+    ModelRound(ModelRound),
+    /// One store operation (path already validated, claim already recorded).
+    Store(StoreOp),
+}
+
+/// The model a round runs on, as the section resolved it (a model handle's settings).
+#[derive(Debug, Clone, PartialEq, serde::Deserialize, serde::Serialize)]
+pub struct ModelTarget {
+    /// The role label, or the raw model id for a `models.get` id handle.
+    pub name: String,
+    /// The catalog model id.
+    pub model_id: String,
+    /// The context window.
+    pub context: u64,
+    /// The thinking switch (`None`: the model's own default).
+    pub thinking: Option<bool>,
+    /// Sampling temperature, when `models.use` set one.
+    pub temperature: Option<f64>,
+    /// Reply token cap, when `models.use` set one.
+    pub max_tokens: Option<u64>,
+}
+
+/// One model round: the composed messages (records as JSON: `role`, `content`, and
+/// `tool_calls` / `tool_call_id`), the tools on offer, and the model settings.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ModelRound {
+    /// A `models.infer` round (rather than a `models.loop` round).
+    pub infer: bool,
+    /// The model and its settings.
+    pub model: ModelTarget,
+    /// The messages to send, in order.
+    pub messages: Vec<Json>,
+    /// The tools offered (name, description, parameters schema).
+    pub tools: Vec<Json>,
 }
 
 /// What [`Run::step`] returns.
@@ -148,6 +195,14 @@ pub struct Run {
     issued: Vec<(EffectId, Effect)>,
     /// Answers received for effects, by id, not yet delivered.
     answers: BTreeMap<EffectId, Answer>,
+    /// Run-wide model roles, the current model and the prompt-wide default.
+    models: Rc<RefCell<ModelsState>>,
+    /// The happens-before checker over store claims.
+    claims: Claims,
+    /// The main walk's chain in the checker (the H1 pass and the walk share it).
+    main_chain: ChainRef,
+    /// The run's nonce for `untrusted` envelopes.
+    nonce: String,
 }
 
 impl Run {
@@ -157,6 +212,10 @@ impl Run {
         let argv = derive_argv(&prompt.frontmatter.args, &args);
         let labels = prompt.lua_regions().map(|r| r.label.clone()).collect();
         let when = render_when(ctx.start_ms);
+        let models = Rc::new(RefCell::new(models_state(&prompt, &ctx)));
+        let mut claims = Claims::new();
+        let main_chain = claims.root("0");
+        let nonce = nonce_for_run(ctx.seed);
         Run {
             prompt,
             ctx,
@@ -171,6 +230,10 @@ impl Run {
             next_effect: 0,
             issued: Vec::new(),
             answers: BTreeMap::new(),
+            models,
+            claims,
+            main_chain,
+            nonce,
         }
     }
 
@@ -316,6 +379,13 @@ impl Run {
             cancel: self.ctx.cancel.clone(),
             region_labels: self.labels.clone(),
             random_seed: self.ctx.seed ^ fnv1a(id.as_bytes()),
+            models: self.models.clone(),
+            round_cap: self
+                .prompt
+                .frontmatter
+                .max_tool_iterations
+                .unwrap_or(self.ctx.round_cap),
+            nonce: self.nonce.clone(),
         };
         match SectionVm::new(cfg) {
             Ok(vm) => {
@@ -402,6 +472,9 @@ impl Run {
                             self.events.push(Event::SharedLoadSucceeded {
                                 section: entry.name.clone(),
                             });
+                            if let Err(failure) = entry.vm.install_alias_globals() {
+                                return self.entry_failed(entry, failure);
+                            }
                             entry.stage = Stage::Blocks;
                             continue;
                         };
@@ -446,13 +519,23 @@ impl Run {
             let name = entry.name.clone();
             self.flush_logs(&mut entry.vm, &name);
             match step {
-                BlockStep::Suspended(request) => match parse_request(&request) {
-                    Ok(effect) => {
+                BlockStep::Suspended(request) => match self.dispatch(&request) {
+                    Ok(Dispatch::Effect(effect)) => {
                         let id = self.next_effect;
                         self.next_effect += 1;
                         self.issued.push((id, effect));
                         entry.waiting = Some(id);
                         return Phase::InEntry(entry);
+                    }
+                    Ok(Dispatch::Answer(answer)) => {
+                        entry.answer = Some(answer);
+                    }
+                    Ok(Dispatch::Fail(error)) => {
+                        let name = entry.name.clone();
+                        drop(entry);
+                        self.teardown(&name);
+                        self.end(Outcome::Failed(error));
+                        return Phase::Done;
                     }
                     Err(message) => {
                         let failure = LuaFailure {
@@ -478,6 +561,9 @@ impl Run {
                         self.events.push(Event::SharedLoadSucceeded {
                             section: entry.name.clone(),
                         });
+                        if let Err(failure) = entry.vm.install_alias_globals() {
+                            return self.entry_failed(entry, failure);
+                        }
                         entry.stage = Stage::Blocks;
                         continue;
                     }
@@ -576,6 +662,26 @@ impl Run {
 
     /// Classify a Lua failure. `around` marks failures around the blocks (shared library
     /// load, read-backs), which stay `Lua` even in the H1 pass.
+    /// Turn a suspended call's request into Harness work, an immediate answer (a store call
+    /// whose arguments fail), or the end of the run (a claims conflict, never catchable).
+    fn dispatch(&mut self, request: &Request) -> Result<Dispatch, String> {
+        if request.op != "store" {
+            return parse_request(request).map(Dispatch::Effect);
+        }
+        let op = match store_op(&request.payload) {
+            Ok(op) => op,
+            Err(answer) => return Ok(Dispatch::Answer(answer)),
+        };
+        let access = match op.access() {
+            Ok(access) => access,
+            Err(err) => return Ok(Dispatch::Answer(store_error_answer(&err))),
+        };
+        if let Err(conflict) = self.claims.claim(self.main_chain, &access) {
+            return Ok(Dispatch::Fail(conflict.to_run_error()));
+        }
+        Ok(Dispatch::Effect(Effect::Store(op)))
+    }
+
     fn fail_from_lua(&mut self, place: Place, failure: LuaFailure, around: bool) -> Phase {
         let kind = match &failure.kind {
             FailureKind::Cancelled => {
@@ -602,9 +708,195 @@ impl Run {
     }
 }
 
+/// What a suspended call's request becomes.
+#[derive(Debug)]
+enum Dispatch {
+    /// Work for the Harness.
+    Effect(Effect),
+    /// An answer the engine gives at once.
+    Answer(Answer),
+    /// The run ends.
+    Fail(RunError),
+}
+
+/// A `lua`-kind error value answered at once.
+fn lua_error_answer(message: String) -> Answer {
+    Answer::Error(ErrorValue {
+        kind: "lua".into(),
+        message,
+        fields: Json::Object(Map::new()),
+        // No run error kind of its own: an ordinary Lua failure (the H1 gate applies).
+        run_kind: String::new(),
+    })
+}
+
+/// A store error as the error value raised at the call (run error kind `Vfs`).
+pub fn store_error_answer(err: &StoreError) -> Answer {
+    let mut fields = Map::new();
+    if let Ok(Json::Object(map)) = serde_json::to_value(err) {
+        for (key, value) in map {
+            if key != "message" {
+                fields.insert(key, value);
+            }
+        }
+    }
+    Answer::Error(ErrorValue {
+        kind: "store".into(),
+        message: err.message.clone(),
+        fields: Json::Object(fields),
+        run_kind: "Vfs".into(),
+    })
+}
+
+/// A store answer as the value the call returns.
+pub fn store_answer(answer: StoreAnswer) -> Answer {
+    Answer::Value(match answer {
+        StoreAnswer::Text(text) => Json::String(text),
+        StoreAnswer::Bool(b) => Json::Bool(b),
+        StoreAnswer::List(items) => Json::Array(items.into_iter().map(Json::String).collect()),
+        StoreAnswer::Unit => Json::Null,
+    })
+}
+
+/// The store operation a `store.*` call asks for, or the argument error to raise at the call.
+fn store_op(payload: &Json) -> Result<StoreOp, Answer> {
+    let text = |key: &str| {
+        payload
+            .get(key)
+            .and_then(Json::as_str)
+            .unwrap_or_default()
+            .to_owned()
+    };
+    let range = || -> Result<Option<LineRange>, Answer> {
+        let bound = |key: &str| {
+            let raw = payload.get(key);
+            let ty = raw
+                .and_then(|b| b.get("type"))
+                .and_then(Json::as_str)
+                .unwrap_or("nil");
+            let value = raw.and_then(|b| b.get("value"));
+            match (ty, value) {
+                ("nil", _) => BoundArg::Nil,
+                ("integer", Some(v)) => v.as_i64().map_or(BoundArg::Nil, BoundArg::Integer),
+                ("number", Some(v)) => v.as_f64().map_or(BoundArg::Nil, BoundArg::Number),
+                (other, _) => BoundArg::Other(match other {
+                    "string" => "string",
+                    "boolean" => "boolean",
+                    "table" => "table",
+                    "function" => "function",
+                    "thread" => "thread",
+                    _ => "userdata",
+                }),
+            }
+        };
+        line_range(bound("first"), bound("last")).map_err(lua_error_answer)
+    };
+    let op = text("op");
+    Ok(match op.as_str() {
+        "read" => StoreOp::Read {
+            path: text("path"),
+            range: range()?,
+        },
+        "read_numbered" => StoreOp::ReadNumbered {
+            path: text("path"),
+            range: range()?,
+        },
+        "write" => StoreOp::Write {
+            path: text("path"),
+            contents: text("contents"),
+        },
+        "append" => StoreOp::Append {
+            path: text("path"),
+            contents: text("contents"),
+        },
+        "str_replace" => StoreOp::StrReplace {
+            path: text("path"),
+            old: text("old"),
+            new: text("new"),
+        },
+        "delete" => StoreOp::Delete { path: text("path") },
+        "exists" => StoreOp::Exists { path: text("path") },
+        "glob" => StoreOp::Glob {
+            pattern: text("pattern"),
+        },
+        other => {
+            return Err(lua_error_answer(format!(
+                "unknown store operation `{other}`"
+            )));
+        }
+    })
+}
+
 /// Parse a suspended call's request into an effect for the Harness.
 fn parse_request(request: &Request) -> Result<Effect, String> {
-    Err(format!("unsupported suspending request `{}`", request.op))
+    match request.op.as_str() {
+        "model.infer" => {
+            let model: ModelTarget =
+                serde_json::from_value(request.payload.get("model").cloned().unwrap_or(Json::Null))
+                    .map_err(|e| format!("malformed model.infer request: {e}"))?;
+            let prompt = request
+                .payload
+                .get("prompt")
+                .and_then(Json::as_str)
+                .unwrap_or_default()
+                .to_owned();
+            Ok(Effect::ModelRound(ModelRound {
+                infer: true,
+                model,
+                messages: vec![serde_json::json!({"role": "user", "content": prompt})],
+                tools: Vec::new(),
+            }))
+        }
+        "model.loop" => {
+            let model: ModelTarget =
+                serde_json::from_value(request.payload.get("model").cloned().unwrap_or(Json::Null))
+                    .map_err(|e| format!("malformed model.loop request: {e}"))?;
+            let list = |key: &str| match request.payload.get(key) {
+                Some(Json::Array(items)) => items.clone(),
+                _ => Vec::new(),
+            };
+            Ok(Effect::ModelRound(ModelRound {
+                infer: false,
+                model,
+                messages: list("messages"),
+                tools: list("tools"),
+            }))
+        }
+        other => Err(format!("unsupported suspending request `{other}`")),
+    }
+}
+
+/// The run-wide model state: the declared roles and, when the Host has one, its current model.
+fn models_state(prompt: &Prompt, ctx: &RunContext) -> ModelsState {
+    ModelsState {
+        roles: prompt
+            .frontmatter
+            .models
+            .iter()
+            .map(|role| RoleDesc {
+                label: role.label.clone(),
+                keywords: role
+                    .keywords
+                    .iter()
+                    .map(|k| k.as_str().to_owned())
+                    .collect(),
+                thinking: role.thinking(),
+                description: role.description.clone(),
+            })
+            .collect(),
+        model: ctx.host.model.as_ref().map(|m| ModelDesc {
+            id: m.id.clone(),
+            context: m.context,
+            description: m.description.clone(),
+            thinking: match m.thinking {
+                ThinkingCapability::Never => ThinkingMode::Never,
+                ThinkingCapability::Always => ThinkingMode::Always,
+                ThinkingCapability::Switchable => ThinkingMode::Switchable,
+            },
+        }),
+        default: None,
+        has_snapshot: ctx.snapshot.is_some(),
+    }
 }
 
 /// A small, stable hash (FNV-1a) for deriving per-entry seeds from entry ids.

@@ -30,6 +30,9 @@ fn config() -> VmConfig {
             "section `Main` epilog".into(),
         ],
         random_seed: 1,
+        models: Default::default(),
+        round_cap: 24,
+        nonce: "0123456789abcdef0123456789abcdef".into(),
     }
 }
 

@@ -5,7 +5,11 @@
 //! specified order, the guards on `var`, `sys` and `_G`, deterministic `pairs`/`next`, error
 //! values, and the yield shims through which suspending calls reach the engine. It does no I/O.
 
+pub mod conversation;
 pub mod json;
+pub mod models;
 pub mod order;
+pub mod raise;
 pub mod substitution;
+pub mod untrusted;
 pub mod vm;

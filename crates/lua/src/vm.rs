@@ -12,14 +12,17 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use mlua::{
-    Function, HookTriggers, IntoLuaMulti, Lua, LuaOptions, MultiValue, StdLib, Table, Thread,
-    Value, VmState, chunk::ChunkMode, thread::ThreadStatus,
+    Function, HookTriggers, IntoLuaMulti, Lua, LuaOptions, LuaString, MultiValue, StdLib, Table,
+    Thread, Value, VmState, chunk::ChunkMode, thread::ThreadStatus,
 };
 use promptforge_syntax::LuaRegion;
 use promptforge_syntax::heading_ref::parse_heading_ref;
 use serde_json::Value as Json;
 
+use crate::conversation::{self, Record, UsageMemory};
 use crate::json::{self, lua_type_name};
+use crate::models::{self, ModelsState, Sampling};
+use crate::raise::find_raise;
 use crate::substitution::{self, Data, Sources, SysLookup};
 
 /// The memory ceiling of one section VM.
@@ -28,6 +31,8 @@ pub const MEMORY_LIMIT: usize = 64 * 1024 * 1024;
 pub const DEFAULT_LOG_EVENTS: u32 = 1024;
 /// Log bytes allowed per allowed checkpoint.
 pub const LOG_BYTES_PER_EVENT: u64 = 256;
+/// The most stack frames an error's location and traceback are read from.
+const MAX_TRACEBACK_FRAMES: usize = 24;
 /// How often (in VM instructions) the cancel flag is polled.
 const CANCEL_POLL_INSTRUCTIONS: u32 = 1000;
 
@@ -81,6 +86,12 @@ pub struct VmConfig {
     pub region_labels: Vec<String>,
     /// Seed for `math.random` in this VM (derived by the engine from the run seed).
     pub random_seed: u64,
+    /// The run-wide model roles, current model and prompt-wide default.
+    pub models: Rc<RefCell<ModelsState>>,
+    /// The round cap of each `models.loop` call.
+    pub round_cap: u32,
+    /// The run's nonce for `untrusted` envelopes.
+    pub nonce: String,
 }
 
 /// A suspending call's request: the operation name and its payload (JSON data), as the shim
@@ -111,7 +122,8 @@ pub struct ErrorValue {
     pub message: String,
     /// The kind's own fields (`reason`, `path`, ...), a JSON object.
     pub fields: Json,
-    /// The run error kind the error ends the run with when left uncaught (e.g. `Vfs`).
+    /// The run error kind the error ends the run with when left uncaught (e.g. `Vfs`); empty
+    /// for an ordinary Lua failure (`Lua`, or `RequirementsUnmet` in the H1 pass).
     pub run_kind: String,
 }
 
@@ -205,6 +217,18 @@ struct Shared {
     argv: Json,
     /// The `sys` fields, as substitution reads them.
     sys: Json,
+    /// The section name (errors name it).
+    section_name: String,
+    /// Run-wide model state.
+    models: Rc<RefCell<ModelsState>>,
+    /// The section's own model selection (`models.use`).
+    selection: Option<(String, Sampling)>,
+    /// Provider-reported usage for the precheck (chapter 11).
+    usage: UsageMemory,
+    /// The records the last composed round would send.
+    last_composed: Vec<Record>,
+    /// The run's `untrusted` nonce.
+    nonce: String,
 }
 
 /// What the VM's coroutine is running.
@@ -292,6 +316,12 @@ impl SectionVm {
                 ArgvMode::Writable(v) | ArgvMode::Frozen(v) => v.clone(),
             },
             sys: cfg.sys.clone(),
+            section_name: cfg.section_name.clone(),
+            models: cfg.models.clone(),
+            selection: None,
+            usage: UsageMemory::new(),
+            last_composed: Vec::new(),
+            nonce: cfg.nonce.clone(),
         }));
         let cancel = cfg.cancel.clone();
         lua.set_global_hook(
@@ -324,6 +354,7 @@ impl SectionVm {
             // Lua 5.5 takes the seed as an integer; reinterpreting the bits keeps all 64.
             cfg_table.raw_set("seed", i64::from_ne_bytes(cfg.random_seed.to_ne_bytes()))?;
             cfg_table.raw_set("has_ui", cfg.snapshot.is_some())?;
+            cfg_table.raw_set("round_cap", cfg.round_cap)?;
             let shim: Function = lua
                 .load(shim_bytecode())
                 .set_name(SHIM_NAME)
@@ -348,90 +379,212 @@ impl SectionVm {
     /// per operation keeps VM creation cheap (each Rust function costs an allocation).
     fn host_function(lua: &Lua, shared: &Rc<RefCell<Shared>>) -> mlua::Result<Function> {
         let s = shared.clone();
-        lua.create_function(move |lua, (op, a, b): (mlua::LuaString, Value, Value)| {
-            let op = op.to_str()?;
-            match &*op {
-                "control_pending" => Ok(Value::Boolean(s.borrow().cancel.load(Ordering::Relaxed))
-                    .into_lua_multi(lua)?),
-                "normalize" => match a {
-                    Value::Error(err) => {
-                        ("internal", format!("lua runtime failure: {err}")).into_lua_multi(lua)
+        lua.create_function(
+            move |lua, (op, a, b, c): (mlua::LuaString, Value, Value, Value)| {
+                let op = op.to_str()?;
+                match &*op {
+                    "models_use" => {
+                        let count = match a {
+                            Value::Integer(n) => usize::try_from(n).unwrap_or(0),
+                            _ => 0,
+                        };
+                        let result = {
+                            let st = s.borrow();
+                            let state = st.models.borrow();
+                            models::models_use(&state, count, &b, &c)
+                        };
+                        match result {
+                            Ok(handle) => {
+                                s.borrow_mut().selection =
+                                    Some((handle.name.clone(), handle.sampling));
+                                (models::handle_value(lua, handle)?, Value::Nil).into_lua_multi(lua)
+                            }
+                            Err(message) => (Value::Nil, message).into_lua_multi(lua),
+                        }
                     }
-                    _ => Ok(MultiValue::new()),
-                },
-                "json_copy" => {
-                    let path = match &b {
-                        Value::String(p) => p.to_string_lossy(),
-                        _ => "var".to_owned(),
-                    };
-                    match json::to_json(&a, &path) {
-                        Ok(data) => (json::from_json(lua, &data)?, Value::Nil).into_lua_multi(lua),
-                        Err(not_json) => (Value::Nil, not_json.message()).into_lua_multi(lua),
+                    "models_default" => {
+                        let result = {
+                            let st = s.borrow();
+                            let mut state = st.models.borrow_mut();
+                            models::models_default(&mut state, &a)
+                        };
+                        match result {
+                            Ok(handle) => {
+                                (models::handle_value(lua, handle)?, Value::Nil).into_lua_multi(lua)
+                            }
+                            Err(message) => (Value::Nil, message).into_lua_multi(lua),
+                        }
                     }
-                }
-                "debug_notation" => match a {
-                    Value::Integer(i) => format!("Integer({i})").into_lua_multi(lua),
-                    Value::Number(n) => format!("Number({n:?})").into_lua_multi(lua),
-                    Value::Boolean(v) => format!("Boolean({v})").into_lua_multi(lua),
-                    other => other.type_name().into_lua_multi(lua),
-                },
-                "sys" => {
-                    let st = s.borrow();
-                    let key = match &a {
-                        Value::String(k) => k.to_string_lossy(),
-                        _ => return (false,).into_lua_multi(lua),
-                    };
-                    match st.sys.get(&key) {
-                        Some(value) => (true, json::from_json(lua, value)?).into_lua_multi(lua),
-                        None => (false,).into_lua_multi(lua),
+                    "models_get" => {
+                        let result = {
+                            let st = s.borrow();
+                            let state = st.models.borrow();
+                            models::models_get(&state, &a)
+                        };
+                        match result {
+                            Ok(handle) => {
+                                (models::handle_value(lua, handle)?, Value::Nil).into_lua_multi(lua)
+                            }
+                            Err(message) => (Value::Nil, message).into_lua_multi(lua),
+                        }
                     }
-                }
-                "log" => {
-                    let count = match a {
-                        Value::Integer(n) => usize::try_from(n).unwrap_or(0),
-                        _ => 0,
-                    };
-                    let mut st = s.borrow_mut();
-                    check_log(&mut st, count, &b).into_lua_multi(lua)
-                }
-                "ui" => {
-                    let snapshot = s.borrow().snapshot.clone();
-                    match snapshot {
-                        Some(value) => json::from_json(lua, &value)?.into_lua_multi(lua),
-                        None => Ok(MultiValue::new()),
-                    }
-                }
-                "list_from_section" => match list_from_section(lua, &s.borrow().visible, &a)? {
-                    Ok(items) => (items, Value::Nil).into_lua_multi(lua),
-                    Err(message) => (Value::Nil, message).into_lua_multi(lua),
-                },
-                "on_error" => {
-                    record_error_site(lua, &s);
-                    a.into_lua_multi(lua)
-                }
-                "render_prose" => {
-                    let template = {
+                    "is_handle" => models::as_handle(&a).is_some().into_lua_multi(lua),
+                    "round_model" => {
                         let st = s.borrow();
-                        match &st.prose {
-                            Prose::Unset => return Ok(MultiValue::new()),
-                            Prose::Rendered(text) => return text.as_str().into_lua_multi(lua),
-                            Prose::Pending(template) => template.clone(),
+                        match models::round_handle(
+                            &st.models,
+                            models::as_handle(&a),
+                            st.selection.as_ref(),
+                        ) {
+                            Some(handle) => {
+                                json::from_json(lua, &handle.to_json())?.into_lua_multi(lua)
+                            }
+                            None => (
+                                Value::Nil,
+                                format!("model binding required for section {}", st.section_name),
+                            )
+                                .into_lua_multi(lua),
                         }
-                    };
-                    match render_prose(lua, &s, &template)? {
-                        Ok(text) => {
-                            let value = lua.create_string(&text)?;
-                            s.borrow_mut().prose = Prose::Rendered(text);
-                            (value, Value::Nil).into_lua_multi(lua)
-                        }
-                        Err(message) => (Value::Nil, message).into_lua_multi(lua),
                     }
+                    "role_globals" => {
+                        let handles = s.borrow().models.borrow().bound_handles();
+                        let t = lua.create_table()?;
+                        for handle in handles {
+                            let name = handle.name.clone();
+                            t.raw_set(name, models::handle_value(lua, handle)?)?;
+                        }
+                        t.into_lua_multi(lua)
+                    }
+                    "loop_compose" => match loop_compose(lua, &s, &a, &b)? {
+                        Ok((composed, fits)) => (composed, fits).into_lua_multi(lua),
+                        Err(message) => (Value::Nil, message).into_lua_multi(lua),
+                    },
+                    "loop_record" => {
+                        let target = json::to_json(&a, "model").unwrap_or(Json::Null);
+                        let usage = json::to_json(&b, "usage")
+                            .ok()
+                            .and_then(|u| serde_json::from_value::<conversation::Usage>(u).ok());
+                        let mut st = s.borrow_mut();
+                        let sent = std::mem::take(&mut st.last_composed);
+                        st.usage.record_round(&sent, &usage_key(&target), usage);
+                        Ok(MultiValue::new())
+                    }
+                    "loop_check_calls" => {
+                        let calls = json::to_json(&a, "tool_calls").unwrap_or(Json::Null);
+                        match check_calls(&calls) {
+                            Ok(()) => Ok(MultiValue::new()),
+                            Err(message) => message.into_lua_multi(lua),
+                        }
+                    }
+                    "untrusted" => {
+                        let text = match &a {
+                            Value::String(text) => text.to_string_lossy(),
+                            _ => String::new(),
+                        };
+                        let nonce = s.borrow().nonce.clone();
+                        crate::untrusted::wrap(&text, &nonce).into_lua_multi(lua)
+                    }
+                    "utf8_ok" => match a {
+                        Value::String(text) => text.to_str().is_ok().into_lua_multi(lua),
+                        _ => false.into_lua_multi(lua),
+                    },
+                    "control_pending" => {
+                        Ok(Value::Boolean(s.borrow().cancel.load(Ordering::Relaxed))
+                            .into_lua_multi(lua)?)
+                    }
+                    "normalize" => match a {
+                        Value::Error(err) => match find_raise(&err) {
+                            Some(raise) => (
+                                raise.kind.clone(),
+                                raise.message.clone(),
+                                raise.run_kind.clone(),
+                            )
+                                .into_lua_multi(lua),
+                            None => (
+                                "internal",
+                                format!("lua runtime failure: {err}"),
+                                "Internal",
+                            )
+                                .into_lua_multi(lua),
+                        },
+                        _ => Ok(MultiValue::new()),
+                    },
+                    "json_copy" => {
+                        let path = match &b {
+                            Value::String(p) => p.to_string_lossy(),
+                            _ => "var".to_owned(),
+                        };
+                        match json::to_json(&a, &path) {
+                            Ok(data) => {
+                                (json::from_json(lua, &data)?, Value::Nil).into_lua_multi(lua)
+                            }
+                            Err(not_json) => (Value::Nil, not_json.message()).into_lua_multi(lua),
+                        }
+                    }
+                    "debug_notation" => match a {
+                        Value::Integer(i) => format!("Integer({i})").into_lua_multi(lua),
+                        Value::Number(n) => format!("Number({n:?})").into_lua_multi(lua),
+                        Value::Boolean(v) => format!("Boolean({v})").into_lua_multi(lua),
+                        other => other.type_name().into_lua_multi(lua),
+                    },
+                    "sys" => {
+                        let st = s.borrow();
+                        let key = match &a {
+                            Value::String(k) => k.to_string_lossy(),
+                            _ => return (false,).into_lua_multi(lua),
+                        };
+                        match st.sys.get(&key) {
+                            Some(value) => (true, json::from_json(lua, value)?).into_lua_multi(lua),
+                            None => (false,).into_lua_multi(lua),
+                        }
+                    }
+                    "log" => {
+                        let count = match a {
+                            Value::Integer(n) => usize::try_from(n).unwrap_or(0),
+                            _ => 0,
+                        };
+                        let mut st = s.borrow_mut();
+                        check_log(&mut st, count, &b).into_lua_multi(lua)
+                    }
+                    "ui" => {
+                        let snapshot = s.borrow().snapshot.clone();
+                        match snapshot {
+                            Some(value) => json::from_json(lua, &value)?.into_lua_multi(lua),
+                            None => Ok(MultiValue::new()),
+                        }
+                    }
+                    "list_from_section" => match list_from_section(lua, &s.borrow().visible, &a)? {
+                        Ok(items) => (items, Value::Nil).into_lua_multi(lua),
+                        Err(message) => (Value::Nil, message).into_lua_multi(lua),
+                    },
+                    "on_error" => {
+                        record_error_site(lua, &s);
+                        a.into_lua_multi(lua)
+                    }
+                    "render_prose" => {
+                        let template = {
+                            let st = s.borrow();
+                            match &st.prose {
+                                Prose::Unset => return Ok(MultiValue::new()),
+                                Prose::Rendered(text) => return text.as_str().into_lua_multi(lua),
+                                Prose::Pending(template) => template.clone(),
+                            }
+                        };
+                        match render_prose(lua, &s, &template)? {
+                            Ok(text) => {
+                                let value = lua.create_string(&text)?;
+                                s.borrow_mut().prose = Prose::Rendered(text);
+                                (value, Value::Nil).into_lua_multi(lua)
+                            }
+                            Err(message) => (Value::Nil, message).into_lua_multi(lua),
+                        }
+                    }
+                    other => Err(mlua::Error::RuntimeError(format!(
+                        "unknown host operation `{other}`"
+                    ))),
                 }
-                other => Err(mlua::Error::RuntimeError(format!(
-                    "unknown host operation `{other}`"
-                ))),
-            }
-        })
+            },
+        )
     }
 
     /// Start replaying the shared library (step 9) as a coroutine; drive it with
@@ -576,10 +729,13 @@ impl SectionVm {
         let site = std::mem::take(&mut self.shared.borrow_mut().site);
         let labels = self.shared.borrow().region_labels.clone();
         let classify: mlua::Result<Function> = self.api.raw_get("classify");
-        let classified = classify
-            .and_then(|f| f.call::<(Option<String>, Option<String>, Option<String>)>(e.clone()));
+        let classified = classify.and_then(|f| {
+            f.call::<(Option<LuaString>, Option<LuaString>, Option<LuaString>)>(e.clone())
+        });
+        // Messages may hold any bytes (a key the author wrote); they are shown lossily.
+        let lossy = |s: Option<LuaString>| s.map(|s| s.to_string_lossy());
         let (error_kind, message, run_kind) = match classified {
-            Ok(c) => c,
+            Ok((kind, message, run_kind)) => (lossy(kind), lossy(message), lossy(run_kind)),
             Err(err) => return LuaFailure::internal(&err),
         };
         let is_value = error_kind.is_some();
@@ -618,6 +774,15 @@ impl SectionVm {
             message: tagged,
             traceback: site.traceback,
         }
+    }
+
+    /// Install the declared alias globals (step 11, after the shared library load): every
+    /// bound role's handle under its label.
+    pub fn install_alias_globals(&self) -> Result<(), LuaFailure> {
+        self.api
+            .raw_get::<Function>("install_aliases")
+            .and_then(|f| f.call::<()>(()))
+            .map_err(|e| LuaFailure::internal(&e))
     }
 
     /// Read `var` back: fails when the global was reassigned; otherwise the JSON data.
@@ -746,6 +911,79 @@ fn check_log(st: &mut Shared, count: usize, message: &Value) -> (Option<String>,
     (None, None)
 }
 
+/// The precheck's model key: a switch of role or model starts counting afresh.
+fn usage_key(target: &Json) -> String {
+    let name = target
+        .get("name")
+        .and_then(Json::as_str)
+        .unwrap_or_default();
+    let model = target
+        .get("model_id")
+        .and_then(Json::as_str)
+        .unwrap_or_default();
+    format!("{name}\u{0}{model}")
+}
+
+/// Check a `models.loop` list and compose what the next round sends. With a target model,
+/// also run the precheck: `(composed, fits)`.
+fn loop_compose(
+    lua: &Lua,
+    shared: &Rc<RefCell<Shared>>,
+    list: &Value,
+    target: &Value,
+) -> mlua::Result<Result<(Value, bool), String>> {
+    let Ok(data) = json::to_json(list, "messages") else {
+        return Ok(Err("messages must be a JSON-representable table".to_owned()));
+    };
+    let records = match conversation::check_list(&data) {
+        Ok(records) => records,
+        Err(message) => return Ok(Err(message)),
+    };
+    let composed = conversation::compose(&records);
+    let mut fits = true;
+    if let Value::Table(_) = target {
+        let target = json::to_json(target, "model").unwrap_or(Json::Null);
+        let context = target.get("context").and_then(Json::as_u64).unwrap_or(1);
+        let max_tokens = target.get("max_tokens").and_then(Json::as_u64);
+        fits = shared
+            .borrow()
+            .usage
+            .precheck(&composed, &usage_key(&target), context, max_tokens);
+    }
+    let value = json::from_json(
+        lua,
+        &serde_json::to_value(&composed).map_err(mlua::Error::external)?,
+    )?;
+    shared.borrow_mut().last_composed = composed;
+    Ok(Ok((value, fits)))
+}
+
+/// Check the tool calls of a model reply (chapter 11, "What the loop appends").
+fn check_calls(calls: &Json) -> Result<(), String> {
+    let Some(list) = calls.as_array() else {
+        return Ok(());
+    };
+    let mut parsed = Vec::with_capacity(list.len());
+    for (index, call) in list.iter().enumerate() {
+        let arguments =
+            conversation::reply_arguments(index + 1, call.get("arguments").unwrap_or(&Json::Null))?;
+        parsed.push(conversation::ToolCall {
+            id: call
+                .get("id")
+                .and_then(Json::as_str)
+                .unwrap_or_default()
+                .to_owned(),
+            name: call
+                .get("name")
+                .and_then(Json::as_str)
+                .unwrap_or_default()
+                .to_owned(),
+            arguments,
+        });
+    }
+    conversation::check_reply_calls(&parsed)
+}
+
 /// `list_from_section(heading)`: the items of a list section in the caller's visible set.
 fn list_from_section(
     lua: &Lua,
@@ -756,8 +994,8 @@ fn list_from_section(
         Value::String(text) => text.to_string_lossy(),
         other => {
             return Ok(Err(format!(
-                "heading must be a string, got {}",
-                lua_type_name(other)
+                "section target must be a string, got {}",
+                models::arg_type_name(other)
             )));
         }
     };
@@ -796,16 +1034,23 @@ fn record_error_site(lua: &Lua, shared: &Rc<RefCell<Shared>>) {
     let mut location = None;
     let mut frames = Vec::new();
     let mut level = 1;
-    while let Some((source, short_src, line, what, name)) = lua.inspect_stack(level, |d| {
-        let src = d.source();
-        (
-            src.source.map(|s| s.into_owned()),
-            src.short_src.map(|s| s.into_owned()),
-            d.current_line(),
-            src.what,
-            d.names().name.map(|n| n.into_owned()),
-        )
-    }) {
+    // Each lookup walks the stack from the top, so only the innermost frames are read (as
+    // Lua's own tracebacks do): a stack overflow must not cost a walk per frame.
+    while let Some((source, short_src, line, what, name)) = (level <= MAX_TRACEBACK_FRAMES)
+        .then(|| {
+            lua.inspect_stack(level, |d| {
+                let src = d.source();
+                (
+                    src.source.map(|s| s.into_owned()),
+                    src.short_src.map(|s| s.into_owned()),
+                    d.current_line(),
+                    src.what,
+                    d.names().name.map(|n| n.into_owned()),
+                )
+            })
+        })
+        .flatten()
+    {
         level += 1;
         // Frames without a line (C functions, the stripped Engine shim) are left out, so a
         // traceback never shows `?` placeholders.
@@ -909,6 +1154,9 @@ mod tests {
             cancel: Arc::new(AtomicBool::new(false)),
             region_labels: vec!["section `Main` prologue".into()],
             random_seed: 1,
+            models: Default::default(),
+            round_cap: 24,
+            nonce: "0123456789abcdef0123456789abcdef".into(),
         }
     }
 

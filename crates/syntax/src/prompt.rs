@@ -543,14 +543,20 @@ impl Shape<'_> {
 fn shape_blocks<'i>(items: &[&'i Item]) -> Shape<'i> {
     let mut blocks: Vec<Shaped<'i>> = Vec::new();
     let mut pending: Vec<(u32, &'i str)> = Vec::new();
+    // Markdown before a fence makes it not the part's first block, even when a thematic
+    // break dropped that Markdown from the pending prose (the fence then reads '').
+    let mut saw_text = false;
     for item in items {
         match item {
-            Item::Text { line, text } => pending.push((*line, text.as_str())),
+            Item::Text { line, text } => {
+                saw_text |= !text.trim().is_empty();
+                pending.push((*line, text.as_str()));
+            }
             Item::Break { .. } => pending.clear(),
             Item::Fence(fence) if fence.shared => {}
             Item::Fence(fence) => {
                 let (text, line) = prose_text(&pending);
-                if !text.is_empty() || !blocks.is_empty() {
+                if !text.is_empty() || !blocks.is_empty() || saw_text {
                     blocks.push(Shaped::Prose(ProseBlock {
                         text,
                         line: line.unwrap_or(fence.open_line),
@@ -558,6 +564,7 @@ fn shape_blocks<'i>(items: &[&'i Item]) -> Shape<'i> {
                 }
                 blocks.push(Shaped::Fence(fence));
                 pending.clear();
+                saw_text = false;
             }
             Item::Heading { .. } => {}
         }

@@ -70,12 +70,30 @@ local function raise(message, extra)
   error(make_error('lua', message, nil, extra), 0)
 end
 
+-- The type name argument errors use: integer for an integer, number for a float.
+local math_type = math.type
+local function arg_type(v)
+  local t = math_type(v)
+  if t == 'integer' then return 'integer' end
+  if t == 'float' then return 'number' end
+  return type(v)
+end
+
+local function check_string(name, v)
+  if type(v) ~= 'string' then raise(name .. ' must be a string, got ' .. arg_type(v)) end
+  if not host('utf8_ok', v) then raise(name .. ' must be a valid UTF-8 string') end
+end
+
 -- Turn any caught error into what pcall hands back: error values and values the author
 -- raised come back as they are; a failure inside Rust becomes an error value.
+local suspends = 0
+
 local function normalize(e)
-  if type(e) == 'userdata' and getmetatable(e) == nil then
-    local kind, message = host('normalize', e)
-    if kind then return make_error(kind, message) end
+  if type(e) == 'userdata' then
+    local kind, message, run_kind = host('normalize', e)
+    if kind then
+      return make_error(kind, message, nil, { run_kind = run_kind, epoch = suspends })
+    end
   end
   -- Running out of Lua memory raises Lua's own preallocated message; it is a `lua` error.
   if e == 'not enough memory' then return make_error('lua', e) end
@@ -251,7 +269,18 @@ GUARD.__newindex = function(t, k, v)
   end
 end
 
-G.getmetatable = function(t)
+-- Stock argument errors, raised here because the stock functions are no longer globals
+-- (so Lua could not name them in its own message).
+local function typename(n, v)
+  if n <= 0 then return 'no value' end
+  return type(v)
+end
+
+G.getmetatable = function(...)
+  local t = ...
+  if select('#', ...) == 0 then
+    error("bad argument #1 to 'getmetatable' (value expected)", 2)
+  end
   if rawequal(t, G) then
     if author_mt == nil then return nil end
     local protected = rawget(author_mt, '__metatable')
@@ -261,8 +290,17 @@ G.getmetatable = function(t)
   return getmetatable(t)
 end
 
-G.setmetatable = function(t, mt)
-  if rawequal(t, G) and (mt == nil or type(mt) == 'table') then
+G.setmetatable = function(...)
+  local t, mt = ...
+  local n = select('#', ...)
+  if type(t) ~= 'table' then
+    error("bad argument #1 to 'setmetatable' (table expected, got " .. typename(n, t) .. ')', 2)
+  end
+  if n < 2 or (mt ~= nil and type(mt) ~= 'table') then
+    error("bad argument #2 to 'setmetatable' (nil or table expected, got "
+      .. typename(n - 1, mt) .. ')', 2)
+  end
+  if rawequal(t, G) then
     if author_mt ~= nil and rawget(author_mt, '__metatable') ~= nil then
       error('cannot change a protected metatable', 2)
     end
@@ -312,7 +350,6 @@ end)
 -- Suspending calls reach the Engine through this one yield point: `suspend(op, payload)`
 -- yields the operation name and a payload table of JSON data; the Engine answers
 -- (true, value) or (false, error) where error is {kind, message, fields, run_kind}.
-local suspends = 0
 local in_shared_load = false
 
 local function suspend(op, payload, allowed_in_shared_load)
@@ -326,10 +363,246 @@ local function suspend(op, payload, allowed_in_shared_load)
   local ok, value = yield(op, payload)
   suspends = suspends + 1
   if ok then return value end
+  local run_kind = value.run_kind
+  if run_kind == '' then run_kind = nil end
   local e = make_error(value.kind, value.message, value.fields,
-    { run_kind = value.run_kind, epoch = suspends })
+    { run_kind = run_kind, epoch = suspends })
   error(e, 0)
 end
+
+-- store (chapter 09). In a block each call suspends; while the shared library loads it runs
+-- directly, and there a number passed where a string is expected is converted to text and any
+-- other wrong type fails with a generic conversion message.
+local function store_text(fname, index, name, v)
+  if in_shared_load then
+    if math_type(v) then v = tostring(v) end
+    if type(v) ~= 'string' then
+      error("bad argument #" .. index .. " to '" .. fname .. "' (string expected, got "
+        .. type(v) .. ")", 3)
+    end
+  end
+  check_string(name, v)
+  return v
+end
+
+-- Line bounds travel with their Lua types; the Engine checks them.
+local function bound(v)
+  return { value = math_type(v) and v or nil, type = arg_type(v) }
+end
+
+local function store_call(payload)
+  return suspend('store', payload, true)
+end
+
+local store = {}
+store.read = function(path, first, last)
+  path = store_text('read', 1, 'path', path)
+  return store_call({ op = 'read', path = path, first = bound(first), last = bound(last) })
+end
+store.read_numbered = function(path, first, last)
+  path = store_text('read_numbered', 1, 'path', path)
+  return store_call({ op = 'read_numbered', path = path, first = bound(first), last = bound(last) })
+end
+store.write = function(path, contents)
+  path = store_text('write', 1, 'path', path)
+  contents = store_text('write', 2, 'contents', contents)
+  return store_call({ op = 'write', path = path, contents = contents })
+end
+store.append = function(path, contents)
+  path = store_text('append', 1, 'path', path)
+  contents = store_text('append', 2, 'contents', contents)
+  return store_call({ op = 'append', path = path, contents = contents })
+end
+store.str_replace = function(path, old, new)
+  path = store_text('str_replace', 1, 'path', path)
+  old = store_text('str_replace', 2, 'old', old)
+  new = store_text('str_replace', 3, 'new', new)
+  return store_call({ op = 'str_replace', path = path, old = old, new = new })
+end
+store.delete = function(path)
+  path = store_text('delete', 1, 'path', path)
+  return store_call({ op = 'delete', path = path })
+end
+store.exists = function(path)
+  path = store_text('exists', 1, 'path', path)
+  return store_call({ op = 'exists', path = path })
+end
+store.glob = function(pattern)
+  pattern = store_text('glob', 1, 'pattern', pattern)
+  return store_call({ op = 'glob', pattern = pattern }) or {}
+end
+rawset(G, 'store', store)
+
+-- untrusted(s): the envelope, with the run's one nonce.
+rawset(G, 'untrusted', function(s)
+  if math_type(s) then s = tostring(s) end
+  if type(s) ~= 'string' then raise('untrusted expects a string, got ' .. arg_type(s)) end
+  return host('untrusted', s)
+end)
+
+-- models (chapter 10).
+local models = {}
+models.use = function(...)
+  local label, options = ...
+  local handle, message = host('models_use', select('#', ...), label, options)
+  if message then raise(message) end
+  return handle
+end
+models.default = function(label)
+  local handle, message = host('models_default', label)
+  if message then raise(message) end
+  return handle
+end
+models.get = function(name)
+  local handle, message = host('models_get', name)
+  if message then raise(message) end
+  return handle
+end
+models.infer = function(...)
+  local n = select('#', ...)
+  if n >= 3 then raise('models.infer takes (handle?, prompt)') end
+  local handle, prompt = nil, ...
+  if n == 2 then
+    local a, b = ...
+    if a ~= nil then
+      if type(a) ~= 'userdata' then
+        raise('models.infer handle must be a model handle, got ' .. arg_type(a))
+      end
+      if not host('is_handle', a) then raise('models.infer handle must be a model handle') end
+      handle = a
+    end
+    prompt = b
+  end
+  check_string('prompt', prompt)
+  local target, message = host('round_model', handle)
+  if message then
+    error(make_error('internal', message, nil, { run_kind = 'Binding', epoch = suspends }), 0)
+  end
+  local reply = suspend('model.infer', { model = target, prompt = prompt })
+  if reply.tool_calls ~= nil and #reply.tool_calls > 0 then
+    raise('model inference received tool calls but no tools were advertised')
+  end
+  return reply.text
+end
+
+-- messages (chapter 11): builder methods live on the list's metatable, never as fields.
+local LIST_METHODS = {}
+local LIST_MT = { __index = LIST_METHODS }
+function LIST_METHODS.system(list, content)
+  list[#list + 1] = { role = 'system', content = content }
+  return list
+end
+function LIST_METHODS.user(list, content)
+  list[#list + 1] = { role = 'user', content = content }
+  return list
+end
+function LIST_METHODS.assistant(list, content, tool_calls)
+  list[#list + 1] = { role = 'assistant', content = content, tool_calls = tool_calls }
+  return list
+end
+function LIST_METHODS.tool(list, content, tool_call_id)
+  list[#list + 1] = { role = 'tool', content = content, tool_call_id = tool_call_id }
+  return list
+end
+function LIST_METHODS.append(list, record)
+  list[#list + 1] = record
+  return list
+end
+rawset(G, 'messages', { new = function() return setmetatable({}, LIST_MT) end })
+
+-- compactors: the shipped overflow policies.
+local OVERFLOW_TEXT = {
+  precheck = "context exhausted: the request precheck overflowed the model's context window",
+  provider = "context exhausted: the provider rejected the request as exceeding the model's context window",
+}
+local compactors = {}
+compactors.fail = function(tag)
+  local text = OVERFLOW_TEXT[tag]
+  if type(tag) ~= 'string' or text == nil then
+    raise('unknown overflow reason "' .. tostring(tag) .. '"; expected "precheck" or "provider"')
+  end
+  error(make_error('context_exhausted', text, { reason = tag },
+    { run_kind = 'ContextExhausted', epoch = suspends }), 0)
+end
+local fail_compactor = compactors.fail
+rawset(G, 'compactors', compactors)
+
+local COMPACTOR_RETURNED = 'the compactor returned instead of raising; a compactor must end '
+  .. 'models.loop with an error, as compactors.fail does'
+
+local function typed_error(kind, message, fields, run_kind)
+  error(make_error(kind, message, fields, { run_kind = run_kind, epoch = suspends }), 0)
+end
+
+-- Rounds that overflow go to the compactor, which must raise.
+local function overflow(compactor, reason)
+  compactor(reason)
+  raise(COMPACTOR_RETURNED)
+end
+
+models.loop = function(...)
+  local a, b, c = ...
+  local handle, list, compactor
+  if type(a) == 'userdata' then
+    if not host('is_handle', a) then raise('models.loop handle must be a model handle') end
+    handle, list, compactor = a, b, c
+  else
+    list, compactor = a, b
+  end
+  if type(list) ~= 'table' then
+    raise('messages must be a table of message tables, got ' .. arg_type(list))
+  end
+  if compactor == nil then
+    compactor = fail_compactor
+  elseif type(compactor) ~= 'function' then
+    raise('compactor must be a function, got ' .. arg_type(compactor))
+  end
+  local checked, message = host('loop_compose', list)
+  if checked == nil then raise(message) end
+  local target, missing = host('round_model', handle)
+  if missing then typed_error('internal', missing, nil, 'Binding') end
+  local answered, rounds = false, 0
+  while true do
+    if rounds >= cfg.round_cap then
+      typed_error('tool_loop_exhausted', 'tool-call loop did not converge', nil, 'Tool')
+    end
+    -- The section's model is looked up again for every round (unless a handle pins it).
+    if handle == nil then
+      target, missing = host('round_model', nil)
+      if missing then typed_error('internal', missing, nil, 'Binding') end
+    end
+    local composed, fits = host('loop_compose', list, target)
+    if composed == nil then raise(fits) end
+    if not fits then overflow(compactor, 'precheck') end
+    local reply = suspend('model.loop', { model = target, messages = composed, tools = {} })
+    if reply.overflow then overflow(compactor, 'provider') end
+    rounds = rounds + 1
+    host('loop_record', target, reply.usage)
+    local calls = reply.tool_calls or {}
+    if #calls > 0 then
+      local malformed = host('loop_check_calls', calls)
+      if malformed then typed_error('internal', malformed, nil, 'Completion') end
+      -- No tool is in scope in this build: any call is out of scope.
+      local name = calls[1].name
+      typed_error('out_of_scope_tool',
+        'tool "' .. name .. '" is not in this section\'s scope; in-scope aliases: []',
+        { name = name }, 'Tool')
+    end
+    local text = reply.text or ''
+    if text:match('%S') then
+      list[#list + 1] = { role = 'assistant', content = text }
+      return nil
+    end
+    if answered and reply.finish_reason == 'stop' then
+      list[#list + 1] = { role = 'assistant', content = '' }
+      return nil
+    end
+    typed_error('empty_model_reply', 'the model replied with no text and no tool calls',
+      { finish_reason = reply.finish_reason }, 'Completion')
+  end
+end
+
+rawset(G, 'models', models)
 
 setmetatable(G, GUARD)
 
@@ -377,11 +650,16 @@ api.classify = function(e)
     end
     return kind, message, run_kind
   end
-  if type(e) == 'userdata' and getmetatable(e) == nil then
-    local kind, message = host('normalize', e)
-    return kind, message, 'Internal'
+  if type(e) == 'userdata' then
+    local kind, message, run_kind = host('normalize', e)
+    if kind then return kind, message, run_kind end
   end
   return nil, nil, nil
+end
+
+-- Step 11: the declared alias globals, set raw so an author __newindex never sees them.
+api.install_aliases = function()
+  for label, handle in next, host('role_globals') do rawset(G, label, handle) end
 end
 
 api.var_ok = function() return rawequal(rawget(G, 'var'), var) end

@@ -1,0 +1,195 @@
+//! The CLI Host's side of a run: performing the engine's effects for real.
+//!
+//! The engine issues effects in a deterministic order; the Host performs them in that issue
+//! order (so the scripted model answers rounds in engine issue order) and resumes the run with
+//! each answer. Model rounds go to the current model's provider on a tokio runtime; a cancel
+//! (Ctrl-C) stops the wait at once.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use promptforge_engine::run::{ModelRound, ModelTarget, store_answer, store_error_answer};
+use promptforge_engine::{Effect, Outcome, Run, Step};
+use promptforge_harness::model::{
+    ChatRequest, FinishReason, Message, ModelDescription, ModelError, ModelProvider, Reply,
+    ThinkingSwitch, ToolSpec,
+};
+use promptforge_harness::store::Store;
+use promptforge_lua::vm::{Answer, ErrorValue};
+use serde_json::{Map, Value as Json, json};
+
+/// The current model: its catalog description and the provider that answers its rounds.
+#[derive(Debug, Clone)]
+pub struct CurrentModel {
+    /// What the catalog knows about it.
+    pub description: ModelDescription,
+    /// The provider.
+    pub provider: Arc<dyn ModelProvider>,
+}
+
+/// Performs effects for one run.
+#[derive(Debug)]
+pub struct Host {
+    model: Option<CurrentModel>,
+    store: std::cell::RefCell<Store>,
+    cancel: Arc<AtomicBool>,
+    runtime: tokio::runtime::Runtime,
+}
+
+/// An `internal` error value for a failure on the Harness's side.
+fn internal(message: impl Into<String>, run_kind: &str) -> Answer {
+    Answer::Error(ErrorValue {
+        kind: "internal".into(),
+        message: message.into(),
+        fields: Json::Object(Map::new()),
+        run_kind: run_kind.into(),
+    })
+}
+
+impl Host {
+    /// A Host with this current model (or none), store and cancel flag.
+    pub fn new(
+        model: Option<CurrentModel>,
+        store: Store,
+        cancel: Arc<AtomicBool>,
+    ) -> Result<Host, String> {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(|e| format!("cannot start the async runtime: {e}"))?;
+        Ok(Host {
+            model,
+            store: std::cell::RefCell::new(store),
+            cancel,
+            runtime,
+        })
+    }
+
+    /// The run's store (to collect the output file after the run).
+    pub fn store(&self) -> std::cell::Ref<'_, Store> {
+        self.store.borrow()
+    }
+
+    /// Drive a run to its end.
+    pub fn drive(&self, run: &mut Run) -> Outcome {
+        loop {
+            match run.step() {
+                Step::Done(outcome) => return outcome,
+                Step::Effects(effects) => {
+                    if effects.is_empty() {
+                        // Blocked with nothing issued: nothing can answer, so stop the run.
+                        run.cancel();
+                    }
+                    for (id, effect) in effects {
+                        let answer = self.perform(effect);
+                        run.resume(id, answer);
+                    }
+                }
+            }
+        }
+    }
+
+    fn perform(&self, effect: Effect) -> Answer {
+        match effect {
+            Effect::ModelRound(round) => self.model_round(round),
+            Effect::Store(op) => match self.store.borrow_mut().perform(&op) {
+                Ok(answer) => store_answer(answer),
+                Err(err) => store_error_answer(&err),
+            },
+        }
+    }
+
+    fn model_round(&self, round: ModelRound) -> Answer {
+        let Some(model) = &self.model else {
+            return internal("model access is turned off or not configured", "Completion");
+        };
+        let request = match chat_request(&model.description, &round) {
+            Ok(request) => request,
+            Err(message) => return internal(message, "Internal"),
+        };
+        let provider = model.provider.clone();
+        let cancel = self.cancel.clone();
+        let result = self.runtime.block_on(async move {
+            let watch = async {
+                while !cancel.load(Ordering::Relaxed) {
+                    tokio::time::sleep(Duration::from_millis(25)).await;
+                }
+            };
+            tokio::select! {
+                reply = provider.complete(&request) => Some(reply),
+                () = watch => None,
+            }
+        });
+        match result {
+            // Cancelled: the run ends as cancelled at its next step; this answer is never read
+            // as a failed model call.
+            None => internal("cancelled", "Cancelled"),
+            Some(Ok(reply)) => Answer::Value(reply_json(&reply)),
+            Some(Err(err)) => model_failure(&round, &err),
+        }
+    }
+}
+
+/// The engine's round as the provider's request.
+fn chat_request(model: &ModelDescription, round: &ModelRound) -> Result<ChatRequest, String> {
+    let messages = round
+        .messages
+        .iter()
+        .map(|m| serde_json::from_value::<Message>(m.clone()))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| format!("the engine composed a message the provider cannot send: {e}"))?;
+    let tools = round
+        .tools
+        .iter()
+        .map(|t| serde_json::from_value::<ToolSpec>(t.clone()))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| format!("the engine offered a tool the provider cannot send: {e}"))?;
+    let ModelTarget {
+        thinking,
+        temperature,
+        max_tokens,
+        ..
+    } = &round.model;
+    let mut request = ChatRequest::new(model.model.clone(), messages);
+    request.tools = tools;
+    request.temperature = *temperature;
+    request.max_tokens = max_tokens.and_then(|n| u32::try_from(n).ok());
+    request.thinking = ThinkingSwitch::from(*thinking);
+    Ok(request)
+}
+
+/// A provider reply as the JSON the shim reads.
+fn reply_json(reply: &Reply) -> Json {
+    let calls: Vec<Json> = reply
+        .tool_calls
+        .iter()
+        .map(|c| json!({"id": c.id, "name": c.name, "arguments": c.arguments}))
+        .collect();
+    let finish = reply.finish_reason.as_ref().map(|f| match f {
+        FinishReason::Stop => "stop".to_owned(),
+        FinishReason::Length => "length".to_owned(),
+        FinishReason::ToolCalls => "tool_calls".to_owned(),
+        FinishReason::ContentFilter => "content_filter".to_owned(),
+        FinishReason::Other(other) => other.clone(),
+    });
+    json!({
+        "text": reply.text,
+        "tool_calls": calls,
+        "finish_reason": finish,
+        "usage": reply.usage.as_ref().map(|u| json!({
+            "prompt_tokens": u.prompt_tokens,
+            "completion_tokens": u.completion_tokens,
+            "reasoning_tokens": u.reasoning_tokens,
+        })),
+    })
+}
+
+/// A failed round: a `models.loop` round that overflowed the context goes to its compactor;
+/// every other failure is an `internal` error value (run error kind `Completion`).
+fn model_failure(round: &ModelRound, err: &ModelError) -> Answer {
+    if !round.infer && err.is_context_overflow() {
+        return Answer::Value(json!({"overflow": true}));
+    }
+    internal(err.to_string(), "Completion")
+}

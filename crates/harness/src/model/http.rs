@@ -1,0 +1,214 @@
+//! HTTP plumbing shared by the providers: sending a request under the receive timeout,
+//! reading a streamed reply under the per-chunk timeout and the response cap, reading and
+//! classifying error replies, and decoding server-sent events.
+//!
+//! reqwest has no per-chunk timeout (its `timeout` bounds the whole request, which would cut
+//! off long replies that keep streaming), so the wait for the headers and for each next chunk
+//! is a `tokio::time::timeout` of our own. The cap counts raw body bytes as they arrive, before
+//! any decoding. SSE framing is left to `eventsource-stream`, a small, widely used parser that
+//! handles the parts of the format that are easy to get wrong (CRLF and CR line ends, events
+//! split across chunks, multi-line `data:`, comments, a leading BOM).
+
+use std::pin::Pin;
+
+use eventsource_stream::{Event, EventStreamError, Eventsource};
+use futures_util::stream::{self, Stream, StreamExt};
+use reqwest::header::{ACCEPT, CONTENT_LENGTH, CONTENT_TYPE, HeaderMap, HeaderValue, USER_AGENT};
+use tokio::time::timeout;
+
+use super::error::{ModelError, OversizeKind, classify_http_failure};
+use super::provider::ModelLimits;
+
+/// A boxed stream of decoded SSE events, failures already classified.
+pub(crate) type EventStream = Pin<Box<dyn Stream<Item = Result<Event, ModelError>> + Send>>;
+
+/// Build the HTTP client the providers share: rustls, no whole-request timeout (the receive
+/// timeout is ours), and a PromptForge user agent.
+pub(crate) fn build_client() -> Result<reqwest::Client, ModelError> {
+    let mut headers = HeaderMap::new();
+    headers.insert(
+        USER_AGENT,
+        HeaderValue::from_static(concat!("promptforge/", env!("CARGO_PKG_VERSION"))),
+    );
+    reqwest::Client::builder()
+        .default_headers(headers)
+        .build()
+        .map_err(|e| ModelError::Transport {
+            detail: format!("could not set up the HTTP client: {}", error_chain(&e)),
+        })
+}
+
+/// An error and its sources, joined with `: `.
+pub(crate) fn error_chain(err: &dyn std::error::Error) -> String {
+    let mut text = err.to_string();
+    let mut source = err.source();
+    while let Some(cause) = source {
+        let more = cause.to_string();
+        if !text.contains(&more) {
+            text.push_str(": ");
+            text.push_str(&more);
+        }
+        source = cause.source();
+    }
+    text
+}
+
+fn transport(err: &reqwest::Error, url: &str, hint: &str) -> ModelError {
+    if err.is_timeout() {
+        return ModelError::Timeout;
+    }
+    let mut detail = format!("POST {url}: {}", error_chain(err));
+    if !hint.is_empty() {
+        detail.push_str(" (");
+        detail.push_str(hint);
+        detail.push(')');
+    }
+    ModelError::Transport { detail }
+}
+
+/// POST `body` (JSON) to `url` and return the reply as a stream of SSE events.
+///
+/// Waits at most `limits.receive_timeout` for the headers. A non-success status is read
+/// (capped, under the same timeout) and classified; a success reply becomes an event stream
+/// whose every chunk is awaited under the timeout and counted against the cap. `hint` is
+/// appended to transport failure details (what to check or set when the endpoint is down).
+pub(crate) async fn post_event_stream(
+    client: &reqwest::Client,
+    url: &str,
+    headers: HeaderMap,
+    body: Vec<u8>,
+    limits: ModelLimits,
+    hint: &str,
+) -> Result<EventStream, ModelError> {
+    let request = client
+        .post(url)
+        .headers(headers)
+        .header(CONTENT_TYPE, "application/json")
+        .header(ACCEPT, "text/event-stream")
+        .body(body);
+    let response = match timeout(limits.receive_timeout, request.send()).await {
+        Err(_elapsed) => return Err(ModelError::Timeout),
+        Ok(Err(err)) => return Err(transport(&err, url, hint)),
+        Ok(Ok(response)) => response,
+    };
+    let status = response.status();
+    if !status.is_success() {
+        return Err(read_error_reply(response, limits, url, hint).await);
+    }
+    if let Some(kind) = response.headers().get(CONTENT_TYPE)
+        && let Ok(kind) = kind.to_str()
+        && kind
+            .trim_start()
+            .to_ascii_lowercase()
+            .starts_with("application/json")
+    {
+        return Err(ModelError::malformed(
+            "expected a server-sent event stream, got a JSON document",
+        ));
+    }
+    let url = url.to_owned();
+    let hint = hint.to_owned();
+    let bytes = limited_chunks(
+        Box::pin(response.bytes_stream()),
+        limits,
+        OversizeKind::Stream,
+        move |e| transport(&e, &url, &hint),
+    );
+    let events = bytes.eventsource().map(|item| {
+        item.map_err(|err| match err {
+            EventStreamError::Transport(err) => err,
+            EventStreamError::Utf8(_) => {
+                ModelError::malformed("the reply stream is not valid UTF-8")
+            }
+            EventStreamError::Parser(_) => {
+                ModelError::malformed("the reply stream is not a valid server-sent event stream")
+            }
+        })
+    });
+    Ok(Box::pin(events))
+}
+
+/// A body stream with the per-chunk receive timeout and the response cap applied. The
+/// stream ends after its first error.
+fn limited_chunks<S, B, F>(
+    body: Pin<Box<S>>,
+    limits: ModelLimits,
+    oversize: OversizeKind,
+    on_error: F,
+) -> impl Stream<Item = Result<B, ModelError>> + Send + use<S, B, F>
+where
+    S: Stream<Item = Result<B, reqwest::Error>> + Send,
+    B: AsRef<[u8]> + Send,
+    F: Fn(reqwest::Error) -> ModelError + Send + Sync,
+{
+    let on_error = std::sync::Arc::new(on_error);
+    stream::unfold(Some((body, 0u64)), move |state| {
+        let on_error = std::sync::Arc::clone(&on_error);
+        async move {
+            let (mut body, seen) = state?;
+            match timeout(limits.receive_timeout, body.next()).await {
+                Err(_elapsed) => Some((Err(ModelError::Timeout), None)),
+                Ok(None) => None,
+                Ok(Some(Err(err))) => Some((Err(on_error(err)), None)),
+                Ok(Some(Ok(chunk))) => {
+                    let seen = seen.saturating_add(chunk.as_ref().len() as u64);
+                    if seen > limits.response_cap {
+                        let err = ModelError::ResponseTooLarge {
+                            limit: limits.response_cap,
+                            kind: oversize,
+                        };
+                        Some((Err(err), None))
+                    } else {
+                        Some((Ok(chunk), Some((body, seen))))
+                    }
+                }
+            }
+        }
+    })
+}
+
+/// Read an error reply (capped, under the receive timeout) and classify it by status and
+/// body. An unreadable body is a transport failure; one over the cap is an oversized reply.
+async fn read_error_reply(
+    response: reqwest::Response,
+    limits: ModelLimits,
+    url: &str,
+    hint: &str,
+) -> ModelError {
+    let status = response.status().as_u16();
+    let announced = response
+        .headers()
+        .get(CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().parse::<u64>().ok());
+    if let Some(len) = announced
+        && len > limits.response_cap
+    {
+        return ModelError::ResponseTooLarge {
+            limit: limits.response_cap,
+            kind: OversizeKind::BodyOfLength { len },
+        };
+    }
+    let url = url.to_owned();
+    let hint = hint.to_owned();
+    let mut chunks = Box::pin(limited_chunks(
+        Box::pin(response.bytes_stream()),
+        limits,
+        OversizeKind::Body,
+        move |e| {
+            let mut err = transport(&e, &url, &hint);
+            if let ModelError::Transport { detail } = &mut err {
+                detail.push_str("; the error reply's body could not be read");
+            }
+            err
+        },
+    ));
+    let mut body = Vec::new();
+    while let Some(chunk) = chunks.next().await {
+        match chunk {
+            Ok(chunk) => body.extend_from_slice(&chunk),
+            Err(err) => return err,
+        }
+    }
+    classify_http_failure(status, &String::from_utf8_lossy(&body))
+}

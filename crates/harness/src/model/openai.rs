@@ -1,0 +1,752 @@
+//! OpenAI-compatible chat completions (`POST {base}/chat/completions`, `stream: true`).
+//!
+//! One wire format serves OpenAI, Ollama's `/v1` endpoint, vLLM, llama.cpp's `llama-server`
+//! and OpenAI-compatible gateways; [`OpenAiOptions`] holds the few places where they differ
+//! (the name of the token cap, and how the thinking switch is spelled).
+//!
+//! Wire shape, request side:
+//! - records keep their roles; content is a string or an array of `{type: "text", text}` /
+//!   `{type: "image_url", image_url: {url}}` parts;
+//! - an assistant record's calls are `tool_calls: [{id, type: "function", function: {name,
+//!   arguments}}]` with `arguments` as a JSON *string*, and its `content` is `null` when it
+//!   has calls and no text;
+//! - a tool record is `{role: "tool", tool_call_id, content}`;
+//! - tools are `[{type: "function", function: {name, description, parameters}}]`;
+//! - `stream_options: {include_usage: true}` asks for the usage chunk.
+//!
+//! Reply side: `choices[0].delta` fragments (`content`, `reasoning_content` or `reasoning`,
+//! and `tool_calls` fragments keyed by `index`) are accumulated until `data: [DONE]`; the
+//! finish reason comes from `choices[0].finish_reason` and usage from the chunk that carries
+//! `usage`. A stream that ends with neither `[DONE]` nor a finish reason is truncated.
+
+use std::fmt;
+
+use futures_util::StreamExt;
+use reqwest::header::{AUTHORIZATION, HeaderMap, HeaderValue};
+use serde::Deserialize;
+use serde_json::{Map, Value, json};
+
+use super::error::{ModelError, classify_stream_error};
+use super::http::{EventStream, build_client, post_event_stream};
+use super::provider::{ModelFuture, ModelLimits, ModelProvider, ReplyObserver};
+use super::types::{
+    ChatRequest, Content, ContentPart, FinishReason, Message, ReasoningBlock, Reply,
+    ThinkingSwitch, ToolCall, Usage,
+};
+
+/// Which request field carries the token cap.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum MaxTokensField {
+    /// `max_tokens`: Ollama, vLLM, llama.cpp and most compatible servers.
+    #[default]
+    MaxTokens,
+    /// `max_completion_tokens`: OpenAI's own API, whose reasoning models refuse `max_tokens`.
+    MaxCompletionTokens,
+}
+
+/// How the thinking switch is spelled on the wire. Only [`ThinkingSwitch::On`] and
+/// [`ThinkingSwitch::Off`] send anything; the model's default sends nothing.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub enum OpenAiThinking {
+    /// Never send a switch (models that cannot switch, servers that know no switch).
+    #[default]
+    Unsupported,
+    /// `"reasoning_effort": on | off`: OpenAI (`medium` / `none` for gpt-5.1 and later,
+    /// `minimal` for gpt-5) and Ollama's `/v1` (`medium` / `none`).
+    ReasoningEffort {
+        /// The effort sent for thinking on.
+        on: String,
+        /// The effort sent for thinking off.
+        off: String,
+    },
+    /// `"chat_template_kwargs": {KEY: true | false}`: vLLM, SGLang and llama.cpp, whose chat
+    /// templates read the flag (`enable_thinking` for Qwen3 and most others, `thinking` for
+    /// DeepSeek V3.1).
+    ChatTemplateKwargs {
+        /// The template variable.
+        key: String,
+    },
+}
+
+/// The per-server details of an [`OpenAiProvider`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OpenAiOptions {
+    /// The token-cap field.
+    pub max_tokens_field: MaxTokensField,
+    /// The thinking-switch mapping.
+    pub thinking: OpenAiThinking,
+    /// Send `stream_options: {include_usage: true}` (default on; turn it off for a server that
+    /// refuses the field).
+    pub include_usage: bool,
+}
+
+impl Default for OpenAiOptions {
+    fn default() -> Self {
+        Self {
+            max_tokens_field: MaxTokensField::MaxTokens,
+            thinking: OpenAiThinking::Unsupported,
+            include_usage: true,
+        }
+    }
+}
+
+/// A provider speaking OpenAI-compatible chat completions.
+pub struct OpenAiProvider {
+    client: reqwest::Client,
+    url: String,
+    api_key: Option<String>,
+    options: OpenAiOptions,
+    limits: ModelLimits,
+    hint: String,
+}
+
+impl fmt::Debug for OpenAiProvider {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // The key stays out of logs.
+        f.debug_struct("OpenAiProvider")
+            .field("url", &self.url)
+            .field("has_api_key", &self.api_key.is_some())
+            .field("options", &self.options)
+            .field("limits", &self.limits)
+            .finish_non_exhaustive()
+    }
+}
+
+impl OpenAiProvider {
+    /// A provider for the server at `base_url` (the part before `/chat/completions`, such as
+    /// `https://api.openai.com/v1`), sending `api_key` as a bearer token when given.
+    pub fn new(
+        base_url: &str,
+        api_key: Option<String>,
+        options: OpenAiOptions,
+        limits: ModelLimits,
+    ) -> Result<Self, ModelError> {
+        Ok(Self {
+            client: build_client()?,
+            url: format!("{}/chat/completions", base_url.trim_end_matches('/')),
+            api_key,
+            options,
+            limits,
+            hint: String::new(),
+        })
+    }
+
+    /// What a transport failure's detail should suggest checking (the catalog names the
+    /// setting the base URL came from).
+    pub fn with_hint(mut self, hint: impl Into<String>) -> Self {
+        self.hint = hint.into();
+        self
+    }
+
+    /// The request body this provider sends for `request` (for logs and tests).
+    pub fn request_body(&self, request: &ChatRequest) -> Value {
+        request_body(request, &self.options)
+    }
+
+    async fn run(
+        &self,
+        request: &ChatRequest,
+        observer: &dyn ReplyObserver,
+    ) -> Result<Reply, ModelError> {
+        let body = serde_json::to_vec(&self.request_body(request))
+            .map_err(|e| ModelError::malformed(format!("could not encode the request: {e}")))?;
+        let mut headers = HeaderMap::new();
+        if let Some(key) = &self.api_key {
+            let value = HeaderValue::from_str(&format!("Bearer {key}")).map_err(|_| {
+                ModelError::Transport {
+                    detail: "the API key holds characters an HTTP header cannot carry".into(),
+                }
+            })?;
+            headers.insert(AUTHORIZATION, value);
+        }
+        let events = post_event_stream(
+            &self.client,
+            &self.url,
+            headers,
+            body,
+            self.limits,
+            &self.hint,
+        )
+        .await?;
+        read_stream(events, observer).await
+    }
+}
+
+impl ModelProvider for OpenAiProvider {
+    fn stream<'a>(
+        &'a self,
+        request: &'a ChatRequest,
+        observer: &'a dyn ReplyObserver,
+    ) -> ModelFuture<'a> {
+        Box::pin(self.run(request, observer))
+    }
+}
+
+fn content_json(content: &Content) -> Value {
+    match content {
+        Content::Text(text) => Value::String(text.clone()),
+        Content::Parts(parts) => Value::Array(
+            parts
+                .iter()
+                .map(|part| match part {
+                    ContentPart::Text { text } => json!({"type": "text", "text": text}),
+                    ContentPart::ImageUrl { image_url } => {
+                        json!({"type": "image_url", "image_url": {"url": image_url.url}})
+                    }
+                })
+                .collect(),
+        ),
+    }
+}
+
+/// Arguments as the JSON text OpenAI expects (an absent object is `{}`).
+fn arguments_text(arguments: &Value) -> String {
+    match arguments {
+        Value::Null => "{}".to_owned(),
+        other => other.to_string(),
+    }
+}
+
+fn message_json(message: &Message) -> Value {
+    match message {
+        Message::System { content } => json!({"role": "system", "content": content_json(content)}),
+        Message::User { content } => json!({"role": "user", "content": content_json(content)}),
+        Message::Assistant {
+            content,
+            tool_calls,
+            reasoning: _,
+        } => {
+            let mut record = Map::new();
+            record.insert("role".into(), "assistant".into());
+            let content = if tool_calls.is_empty() || !content.is_empty() {
+                content_json(content)
+            } else {
+                Value::Null
+            };
+            record.insert("content".into(), content);
+            if !tool_calls.is_empty() {
+                let calls = tool_calls
+                    .iter()
+                    .map(|call| {
+                        json!({
+                            "id": call.id,
+                            "type": "function",
+                            "function": {"name": call.name, "arguments": arguments_text(&call.arguments)},
+                        })
+                    })
+                    .collect();
+                record.insert("tool_calls".into(), Value::Array(calls));
+            }
+            Value::Object(record)
+        }
+        Message::Tool {
+            tool_call_id,
+            content,
+        } => {
+            json!({"role": "tool", "tool_call_id": tool_call_id, "content": content_json(content)})
+        }
+    }
+}
+
+/// The chat-completions body for `request`.
+fn request_body(request: &ChatRequest, options: &OpenAiOptions) -> Value {
+    let mut body = Map::new();
+    body.insert("model".into(), request.model.clone().into());
+    body.insert(
+        "messages".into(),
+        request.messages.iter().map(message_json).collect(),
+    );
+    if !request.tools.is_empty() {
+        let tools = request
+            .tools
+            .iter()
+            .map(|tool| {
+                json!({
+                    "type": "function",
+                    "function": {
+                        "name": tool.name,
+                        "description": tool.description,
+                        "parameters": tool.parameters,
+                    },
+                })
+            })
+            .collect();
+        body.insert("tools".into(), Value::Array(tools));
+    }
+    if let Some(temperature) = request.temperature {
+        body.insert("temperature".into(), json!(temperature));
+    }
+    if let Some(max) = request.max_tokens {
+        let field = match options.max_tokens_field {
+            MaxTokensField::MaxTokens => "max_tokens",
+            MaxTokensField::MaxCompletionTokens => "max_completion_tokens",
+        };
+        body.insert(field.into(), json!(max));
+    }
+    let on = match request.thinking {
+        ThinkingSwitch::ModelDefault => None,
+        ThinkingSwitch::On => Some(true),
+        ThinkingSwitch::Off => Some(false),
+    };
+    if let Some(on) = on {
+        match &options.thinking {
+            OpenAiThinking::Unsupported => {}
+            OpenAiThinking::ReasoningEffort { on: yes, off: no } => {
+                let effort = if on { yes } else { no };
+                body.insert("reasoning_effort".into(), effort.clone().into());
+            }
+            OpenAiThinking::ChatTemplateKwargs { key } => {
+                body.insert("chat_template_kwargs".into(), json!({ key.as_str(): on }));
+            }
+        }
+    }
+    body.insert("stream".into(), true.into());
+    if options.include_usage {
+        body.insert("stream_options".into(), json!({"include_usage": true}));
+    }
+    Value::Object(body)
+}
+
+#[derive(Debug, Deserialize)]
+struct Chunk {
+    #[serde(default)]
+    choices: Option<Vec<Choice>>,
+    #[serde(default)]
+    usage: Option<WireUsage>,
+    #[serde(default)]
+    error: Option<Value>,
+}
+
+#[derive(Debug, Deserialize)]
+struct Choice {
+    #[serde(default)]
+    index: Option<u64>,
+    #[serde(default)]
+    delta: Option<Delta>,
+    #[serde(default)]
+    finish_reason: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+struct Delta {
+    #[serde(default)]
+    content: Option<String>,
+    #[serde(default)]
+    reasoning_content: Option<String>,
+    #[serde(default)]
+    reasoning: Option<String>,
+    #[serde(default)]
+    tool_calls: Option<Vec<CallFragment>>,
+}
+
+#[derive(Debug, Deserialize)]
+struct CallFragment {
+    #[serde(default)]
+    index: Option<u64>,
+    #[serde(default)]
+    id: Option<String>,
+    #[serde(default)]
+    function: Option<FunctionFragment>,
+}
+
+#[derive(Debug, Deserialize)]
+struct FunctionFragment {
+    #[serde(default)]
+    name: Option<String>,
+    #[serde(default)]
+    arguments: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+struct WireUsage {
+    #[serde(default)]
+    prompt_tokens: u64,
+    #[serde(default)]
+    completion_tokens: u64,
+    #[serde(default)]
+    completion_tokens_details: Option<CompletionDetails>,
+}
+
+#[derive(Debug, Deserialize)]
+struct CompletionDetails {
+    #[serde(default)]
+    reasoning_tokens: Option<u64>,
+}
+
+#[derive(Debug, Default)]
+struct PartialCall {
+    index: Option<u64>,
+    id: String,
+    name: String,
+    arguments: String,
+}
+
+/// Accumulates the chunks of one streamed reply.
+#[derive(Debug, Default)]
+struct Accumulator {
+    text: String,
+    reasoning: String,
+    calls: Vec<PartialCall>,
+    finish_reason: Option<String>,
+    usage: Option<Usage>,
+}
+
+impl Accumulator {
+    fn call_fragment(&mut self, fragment: CallFragment) {
+        let id = fragment.id.filter(|id| !id.is_empty());
+        let slot = match fragment.index {
+            Some(index) => match self.calls.iter().position(|c| c.index == Some(index)) {
+                Some(pos) => pos,
+                None => {
+                    self.calls.push(PartialCall {
+                        index: Some(index),
+                        ..PartialCall::default()
+                    });
+                    self.calls.len() - 1
+                }
+            },
+            // No index (some servers): a new id starts a new call, anything else continues
+            // the last one.
+            None => match self.calls.last() {
+                Some(last)
+                    if id
+                        .as_ref()
+                        .is_none_or(|id| *id == last.id || last.id.is_empty()) =>
+                {
+                    self.calls.len() - 1
+                }
+                _ => {
+                    self.calls.push(PartialCall::default());
+                    self.calls.len() - 1
+                }
+            },
+        };
+        let Some(call) = self.calls.get_mut(slot) else {
+            return;
+        };
+        // Ids and names arrive whole (servers that repeat them in later chunks repeat them
+        // whole), so the first non-empty one wins; argument text arrives in fragments.
+        if let Some(id) = id
+            && call.id.is_empty()
+        {
+            call.id = id;
+        }
+        if let Some(function) = fragment.function {
+            if let Some(name) = function.name.filter(|n| !n.is_empty())
+                && call.name.is_empty()
+            {
+                call.name = name;
+            }
+            if let Some(arguments) = function.arguments {
+                call.arguments.push_str(&arguments);
+            }
+        }
+    }
+
+    fn finish(self) -> Reply {
+        let tool_calls = self
+            .calls
+            .into_iter()
+            .map(|call| ToolCall {
+                id: call.id,
+                name: call.name,
+                arguments: decode_arguments(&call.arguments),
+            })
+            .collect();
+        let reasoning = if self.reasoning.is_empty() {
+            Vec::new()
+        } else {
+            vec![ReasoningBlock {
+                text: self.reasoning,
+                signature: None,
+                redacted: None,
+            }]
+        };
+        Reply {
+            text: self.text,
+            tool_calls,
+            finish_reason: self.finish_reason.map(FinishReason::from),
+            usage: self.usage,
+            reasoning,
+        }
+    }
+}
+
+/// Decode streamed argument text: no text is `Null`, undecodable text stays a `String`.
+pub(crate) fn decode_arguments(text: &str) -> Value {
+    if text.trim().is_empty() {
+        return Value::Null;
+    }
+    serde_json::from_str(text).unwrap_or_else(|_| Value::String(text.to_owned()))
+}
+
+/// The status an in-stream error object names: a numeric `code`/`status`, or one mapped from
+/// its `type`; a server fault otherwise.
+fn stream_error_status(error: &Value) -> u16 {
+    let numeric = ["code", "status"]
+        .iter()
+        .filter_map(|key| error.get(key))
+        .find_map(|v| {
+            v.as_u64()
+                .or_else(|| v.as_str().and_then(|s| s.parse::<u64>().ok()))
+        })
+        .and_then(|n| u16::try_from(n).ok())
+        .filter(|n| (400..600).contains(n));
+    if let Some(status) = numeric {
+        return status;
+    }
+    let kind = error
+        .get("type")
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .to_ascii_lowercase();
+    if kind.contains("rate_limit") {
+        429
+    } else if kind.contains("overload") {
+        529
+    } else if kind.contains("invalid_request") || kind.contains("badrequest") {
+        400
+    } else {
+        500
+    }
+}
+
+async fn read_stream(
+    mut events: EventStream,
+    observer: &dyn ReplyObserver,
+) -> Result<Reply, ModelError> {
+    let mut acc = Accumulator::default();
+    let mut done = false;
+    while let Some(event) = events.next().await {
+        let event = event?;
+        let data = event.data.trim();
+        if data.is_empty() {
+            continue;
+        }
+        if data == "[DONE]" {
+            done = true;
+            break;
+        }
+        let chunk: Chunk = serde_json::from_str(data)
+            .map_err(|_| ModelError::malformed("a reply chunk is not valid JSON"))?;
+        if let Some(error) = chunk.error {
+            let inner = error.get("error").cloned().unwrap_or(error);
+            return Err(classify_stream_error(
+                stream_error_status(&inner),
+                &inner.to_string(),
+            ));
+        }
+        for choice in chunk.choices.unwrap_or_default() {
+            if choice.index.unwrap_or(0) != 0 {
+                continue;
+            }
+            if let Some(delta) = choice.delta {
+                if let Some(text) = delta.content.filter(|t| !t.is_empty()) {
+                    observer.text(&text);
+                    acc.text.push_str(&text);
+                }
+                if let Some(text) = delta
+                    .reasoning_content
+                    .or(delta.reasoning)
+                    .filter(|t| !t.is_empty())
+                {
+                    observer.reasoning(&text);
+                    acc.reasoning.push_str(&text);
+                }
+                for fragment in delta.tool_calls.unwrap_or_default() {
+                    acc.call_fragment(fragment);
+                }
+            }
+            if let Some(reason) = choice.finish_reason.filter(|r| !r.is_empty()) {
+                acc.finish_reason = Some(reason);
+            }
+        }
+        if let Some(usage) = chunk.usage {
+            acc.usage = Some(Usage {
+                prompt_tokens: usage.prompt_tokens,
+                completion_tokens: usage.completion_tokens,
+                reasoning_tokens: usage
+                    .completion_tokens_details
+                    .and_then(|d| d.reasoning_tokens),
+            });
+        }
+    }
+    if !done && acc.finish_reason.is_none() {
+        return Err(ModelError::malformed(
+            "the reply stream ended before the reply was complete",
+        ));
+    }
+    Ok(acc.finish())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::types::ToolSpec;
+
+    fn options(thinking: OpenAiThinking, field: MaxTokensField) -> OpenAiOptions {
+        OpenAiOptions {
+            max_tokens_field: field,
+            thinking,
+            include_usage: true,
+        }
+    }
+
+    #[test]
+    fn body_has_the_wire_shape() {
+        let mut request = ChatRequest::new(
+            "m",
+            vec![
+                Message::system("be brief"),
+                Message::user("weather?"),
+                Message::assistant_tool_calls(
+                    "",
+                    vec![ToolCall {
+                        id: "call_1".into(),
+                        name: "weather".into(),
+                        arguments: json!({"city": "Paris"}),
+                    }],
+                ),
+                Message::tool("call_1", "sunny"),
+            ],
+        );
+        request.tools.push(ToolSpec {
+            name: "weather".into(),
+            description: "d".into(),
+            parameters: json!({"type": "object"}),
+        });
+        request.temperature = Some(0.5);
+        request.max_tokens = Some(10);
+        let body = request_body(&request, &OpenAiOptions::default());
+        assert_eq!(
+            body,
+            json!({
+                "model": "m",
+                "messages": [
+                    {"role": "system", "content": "be brief"},
+                    {"role": "user", "content": "weather?"},
+                    {"role": "assistant", "content": null, "tool_calls": [
+                        {"id": "call_1", "type": "function",
+                         "function": {"name": "weather", "arguments": "{\"city\":\"Paris\"}"}}
+                    ]},
+                    {"role": "tool", "tool_call_id": "call_1", "content": "sunny"},
+                ],
+                "tools": [{"type": "function", "function": {
+                    "name": "weather", "description": "d", "parameters": {"type": "object"}}}],
+                "temperature": 0.5,
+                "max_tokens": 10,
+                "stream": true,
+                "stream_options": {"include_usage": true},
+            })
+        );
+    }
+
+    #[test]
+    fn thinking_mappings() {
+        let mut request = ChatRequest::new("m", vec![Message::user("hi")]);
+        let effort = options(
+            OpenAiThinking::ReasoningEffort {
+                on: "medium".into(),
+                off: "none".into(),
+            },
+            MaxTokensField::MaxCompletionTokens,
+        );
+        let kwargs = options(
+            OpenAiThinking::ChatTemplateKwargs {
+                key: "enable_thinking".into(),
+            },
+            MaxTokensField::MaxTokens,
+        );
+        assert!(
+            request_body(&request, &effort)
+                .get("reasoning_effort")
+                .is_none()
+        );
+        request.thinking = ThinkingSwitch::On;
+        assert_eq!(
+            request_body(&request, &effort)["reasoning_effort"],
+            "medium"
+        );
+        assert_eq!(
+            request_body(&request, &kwargs)["chat_template_kwargs"],
+            json!({"enable_thinking": true})
+        );
+        request.thinking = ThinkingSwitch::Off;
+        assert_eq!(request_body(&request, &effort)["reasoning_effort"], "none");
+        assert_eq!(
+            request_body(&request, &kwargs)["chat_template_kwargs"],
+            json!({"enable_thinking": false})
+        );
+        let plain = request_body(&request, &OpenAiOptions::default());
+        assert!(plain.get("reasoning_effort").is_none());
+        assert!(plain.get("chat_template_kwargs").is_none());
+        request.max_tokens = Some(5);
+        assert_eq!(request_body(&request, &effort)["max_completion_tokens"], 5);
+        assert!(request_body(&request, &effort).get("max_tokens").is_none());
+    }
+
+    #[test]
+    fn image_parts_pass_through() {
+        let request = ChatRequest::new(
+            "m",
+            vec![Message::User {
+                content: Content::Parts(vec![
+                    ContentPart::Text {
+                        text: "what?".into(),
+                    },
+                    ContentPart::ImageUrl {
+                        image_url: crate::model::types::ImageUrl {
+                            url: "data:image/png;base64,AAAA".into(),
+                        },
+                    },
+                ]),
+            }],
+        );
+        let body = request_body(&request, &OpenAiOptions::default());
+        assert_eq!(
+            body["messages"][0]["content"],
+            json!([
+                {"type": "text", "text": "what?"},
+                {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}}
+            ])
+        );
+    }
+
+    #[test]
+    fn fragments_without_index_split_on_new_ids() {
+        let mut acc = Accumulator::default();
+        let frag = |id: Option<&str>, name: Option<&str>, args: &str| CallFragment {
+            index: None,
+            id: id.map(str::to_owned),
+            function: Some(FunctionFragment {
+                name: name.map(str::to_owned),
+                arguments: Some(args.to_owned()),
+            }),
+        };
+        acc.call_fragment(frag(Some("a"), Some("f"), "{\"x\":"));
+        acc.call_fragment(frag(None, None, "1}"));
+        acc.call_fragment(frag(Some("b"), Some("g"), "{}"));
+        let reply = acc.finish();
+        assert_eq!(reply.tool_calls.len(), 2);
+        assert_eq!(reply.tool_calls[0].arguments, json!({"x": 1}));
+        assert_eq!(reply.tool_calls[1].name, "g");
+    }
+
+    #[test]
+    fn argument_decoding() {
+        assert_eq!(decode_arguments(""), Value::Null);
+        assert_eq!(decode_arguments("{\"a\":1}"), json!({"a": 1}));
+        assert_eq!(decode_arguments("{bad"), Value::String("{bad".into()));
+    }
+
+    #[test]
+    fn stream_error_statuses() {
+        assert_eq!(stream_error_status(&json!({"code": 429})), 429);
+        assert_eq!(stream_error_status(&json!({"code": "503"})), 503);
+        assert_eq!(
+            stream_error_status(&json!({"type": "invalid_request_error"})),
+            400
+        );
+        assert_eq!(stream_error_status(&json!({"message": "boom"})), 500);
+    }
+}

@@ -1,0 +1,82 @@
+//! The provider trait the Host calls, and the limits every model call observes.
+
+use std::fmt::Debug;
+use std::future::Future;
+use std::pin::Pin;
+use std::time::Duration;
+
+use super::error::ModelError;
+use super::types::{ChatRequest, Reply};
+
+/// The future a provider returns: one round's reply or its failure.
+pub type ModelFuture<'a> = Pin<Box<dyn Future<Output = Result<Reply, ModelError>> + Send + 'a>>;
+
+/// Something that answers model rounds: an HTTP provider or the scripted model.
+///
+/// The trait is object-safe (`Arc<dyn ModelProvider>` is the usual handle) and its futures are
+/// `Send`, so the Host can drive rounds from any tokio task. To cancel a round (a Host cancel
+/// or stop), drop its future: the request is abandoned and nothing of the reply lands.
+/// Providers never retry.
+pub trait ModelProvider: Send + Sync + Debug {
+    /// Run one round, reporting text and reasoning fragments to `observer` as they arrive, in
+    /// the order the model streams them. The returned [`Reply`] holds the whole text those
+    /// fragments carried.
+    fn stream<'a>(
+        &'a self,
+        request: &'a ChatRequest,
+        observer: &'a dyn ReplyObserver,
+    ) -> ModelFuture<'a>;
+
+    /// Run one round without watching its fragments.
+    fn complete<'a>(&'a self, request: &'a ChatRequest) -> ModelFuture<'a> {
+        self.stream(request, &IgnoreFragments)
+    }
+}
+
+/// Watches a round's reply as it streams (the Host's live output). Observers must be quick:
+/// they run inline with the stream.
+pub trait ReplyObserver: Send + Sync {
+    /// A fragment of the visible reply text.
+    fn text(&self, fragment: &str) {
+        let _ = fragment;
+    }
+
+    /// A fragment of the model's reasoning (never part of the reply).
+    fn reasoning(&self, fragment: &str) {
+        let _ = fragment;
+    }
+}
+
+/// A [`ReplyObserver`] that ignores every fragment.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct IgnoreFragments;
+
+impl ReplyObserver for IgnoreFragments {}
+
+/// The two limits that guard every model call (chapter 16, "Model reply size and wait time").
+/// Only the Harness changes them; tests shrink them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ModelLimits {
+    /// The longest wait for the reply headers, and then for each next chunk of the body.
+    /// Every arriving chunk restarts the wait; nothing limits the whole request.
+    pub receive_timeout: Duration,
+    /// The most bytes a reply may have, counted as they arrive and before any decoding,
+    /// error replies included.
+    pub response_cap: u64,
+}
+
+impl ModelLimits {
+    /// 120 seconds.
+    pub const DEFAULT_RECEIVE_TIMEOUT: Duration = Duration::from_secs(120);
+    /// 16 MiB (16,777,216 bytes).
+    pub const DEFAULT_RESPONSE_CAP: u64 = 16 * 1024 * 1024;
+}
+
+impl Default for ModelLimits {
+    fn default() -> Self {
+        Self {
+            receive_timeout: Self::DEFAULT_RECEIVE_TIMEOUT,
+            response_cap: Self::DEFAULT_RESPONSE_CAP,
+        }
+    }
+}

@@ -1,0 +1,564 @@
+//! The data that crosses the model boundary: requests, replies, and model descriptions.
+//!
+//! Every type here is plain data, `serde`-serializable, so a Host can log a round, replay it,
+//! or ship it across a process boundary. Message records use the same field names and role
+//! strings as the prompt's own message lists (chapter 11), so a record the engine checked
+//! maps onto these types one to one.
+
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+/// One model round: the request the engine hands to a [`ModelProvider`](super::ModelProvider).
+///
+/// The engine composes `messages` (merging runs of records as chapter 11 describes) before it
+/// builds the request; providers send them in order and never merge or reorder them, except
+/// where a provider's wire format demands it (the Anthropic provider moves the leading system
+/// records into its top-level `system` field and groups tool results into user turns).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ChatRequest {
+    /// The model name the provider sends on the wire, such as `gpt-4.1` or
+    /// `claude-sonnet-4-6`: [`ModelDescription::model`], not the catalog id.
+    pub model: String,
+    /// The conversation, in order.
+    pub messages: Vec<Message>,
+    /// The tools on offer this round; empty offers none.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tools: Vec<ToolSpec>,
+    /// Sampling temperature, 0.0 to 2.0, when the selection set one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub temperature: Option<f64>,
+    /// Cap on generated tokens, when the selection set one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_tokens: Option<u32>,
+    /// The role's thinking switch.
+    #[serde(default)]
+    pub thinking: ThinkingSwitch,
+}
+
+impl ChatRequest {
+    /// A request for `model` with these messages, no tools, no sampling options and the
+    /// model's own thinking default.
+    pub fn new(model: impl Into<String>, messages: Vec<Message>) -> Self {
+        Self {
+            model: model.into(),
+            messages,
+            tools: Vec::new(),
+            temperature: None,
+            max_tokens: None,
+            thinking: ThinkingSwitch::ModelDefault,
+        }
+    }
+
+    /// The text of the last user record, text parts joined in order with nothing between
+    /// them (the engine inserts separators as text parts of their own when it merges), or
+    /// `None` when the request holds no user record.
+    pub fn last_user_text(&self) -> Option<String> {
+        self.messages.iter().rev().find_map(|m| match m {
+            Message::User { content } => Some(content.text()),
+            _ => None,
+        })
+    }
+}
+
+/// A role's thinking switch (chapter 10, "Keywords and the thinking switch").
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ThinkingSwitch {
+    /// Neither hard keyword: leave the model's own default (send nothing).
+    #[default]
+    ModelDefault,
+    /// `thinking`: ask for thinking on.
+    On,
+    /// `no-thinking`: ask for thinking off.
+    Off,
+}
+
+impl From<Option<bool>> for ThinkingSwitch {
+    /// `Some(true)` is on, `Some(false)` off, `None` the model's default, matching a
+    /// handle's `thinking` field.
+    fn from(value: Option<bool>) -> Self {
+        match value {
+            Some(true) => Self::On,
+            Some(false) => Self::Off,
+            None => Self::ModelDefault,
+        }
+    }
+}
+
+/// One record of the conversation, tagged by its `role`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "role", rename_all = "lowercase")]
+pub enum Message {
+    /// Instructions for the model; only in the leading block.
+    System {
+        /// The record's content.
+        content: Content,
+    },
+    /// A user turn: text, or text and image parts.
+    User {
+        /// The record's content.
+        content: Content,
+    },
+    /// The model's own earlier turn: reply text, and the tool calls it made.
+    Assistant {
+        /// The visible reply text (often empty on a tool-call turn).
+        content: Content,
+        /// The tool calls the turn made, in call order.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        tool_calls: Vec<ToolCall>,
+        /// Reasoning blocks to replay with this turn. Only the Anthropic provider sends them,
+        /// and only blocks that carry a signature (or redacted data): Anthropic requires the
+        /// signed thinking of a tool-use turn when thinking is on. The engine may leave this
+        /// empty; see [`AnthropicProvider`](super::AnthropicProvider) for what happens then.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        reasoning: Vec<ReasoningBlock>,
+    },
+    /// The result of one tool call.
+    Tool {
+        /// The `id` of the call this record answers.
+        tool_call_id: String,
+        /// The result text the model receives.
+        content: Content,
+    },
+}
+
+impl Message {
+    /// A plain-text system record.
+    pub fn system(text: impl Into<String>) -> Self {
+        Self::System {
+            content: Content::Text(text.into()),
+        }
+    }
+
+    /// A plain-text user record.
+    pub fn user(text: impl Into<String>) -> Self {
+        Self::User {
+            content: Content::Text(text.into()),
+        }
+    }
+
+    /// A plain-text assistant record without tool calls.
+    pub fn assistant(text: impl Into<String>) -> Self {
+        Self::Assistant {
+            content: Content::Text(text.into()),
+            tool_calls: Vec::new(),
+            reasoning: Vec::new(),
+        }
+    }
+
+    /// An assistant record carrying tool calls.
+    pub fn assistant_tool_calls(text: impl Into<String>, tool_calls: Vec<ToolCall>) -> Self {
+        Self::Assistant {
+            content: Content::Text(text.into()),
+            tool_calls,
+            reasoning: Vec::new(),
+        }
+    }
+
+    /// A tool record answering the call `tool_call_id`.
+    pub fn tool(tool_call_id: impl Into<String>, text: impl Into<String>) -> Self {
+        Self::Tool {
+            tool_call_id: tool_call_id.into(),
+            content: Content::Text(text.into()),
+        }
+    }
+
+    /// The role string: `system`, `user`, `assistant` or `tool`.
+    pub fn role(&self) -> &'static str {
+        match self {
+            Self::System { .. } => "system",
+            Self::User { .. } => "user",
+            Self::Assistant { .. } => "assistant",
+            Self::Tool { .. } => "tool",
+        }
+    }
+}
+
+/// A record's content: a string, or a non-empty array of content parts.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum Content {
+    /// Plain text; the empty string is allowed.
+    Text(String),
+    /// Text and image parts in order.
+    Parts(Vec<ContentPart>),
+}
+
+impl Content {
+    /// The text of the content: the string itself, or the text parts joined with nothing
+    /// between them (image parts contribute nothing).
+    pub fn text(&self) -> String {
+        match self {
+            Self::Text(text) => text.clone(),
+            Self::Parts(parts) => parts
+                .iter()
+                .filter_map(|p| match p {
+                    ContentPart::Text { text } => Some(text.as_str()),
+                    ContentPart::ImageUrl { .. } => None,
+                })
+                .collect(),
+        }
+    }
+
+    /// Whether the content holds no text and no image.
+    pub fn is_empty(&self) -> bool {
+        match self {
+            Self::Text(text) => text.is_empty(),
+            Self::Parts(parts) => parts.iter().all(|p| match p {
+                ContentPart::Text { text } => text.is_empty(),
+                ContentPart::ImageUrl { .. } => false,
+            }),
+        }
+    }
+}
+
+impl From<&str> for Content {
+    fn from(value: &str) -> Self {
+        Self::Text(value.to_owned())
+    }
+}
+
+impl From<String> for Content {
+    fn from(value: String) -> Self {
+        Self::Text(value)
+    }
+}
+
+/// One part of multimodal content, in the chapter-11 shape.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum ContentPart {
+    /// `{ type = "text", text = "..." }`
+    Text {
+        /// The text.
+        text: String,
+    },
+    /// `{ type = "image_url", image_url = { url = "..." } }`
+    ImageUrl {
+        /// Where the image is: an `https:` URL or a `data:` URL.
+        image_url: ImageUrl,
+    },
+}
+
+/// The `image_url` table of an image part.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ImageUrl {
+    /// An `https:`/`http:` URL, or a `data:{media type};base64,{data}` URL.
+    pub url: String,
+}
+
+/// A tool call, in a request's assistant record or in a [`Reply`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ToolCall {
+    /// The call id, unique within the conversation.
+    pub id: String,
+    /// The tool name the model called (an alias from `tools:`).
+    pub name: String,
+    /// The arguments. In a request, the JSON object the engine recorded. In a reply, the
+    /// provider's arguments decoded: an object normally; `Null` when the provider sent no
+    /// arguments text at all; and, when the text the provider sent is not valid JSON, a
+    /// `String` holding that raw text. The engine accepts only objects and fails the round
+    /// as a malformed reply otherwise (chapter 11), so providers pass what they got along
+    /// instead of deciding for it.
+    pub arguments: Value,
+}
+
+/// A tool offered to the model.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ToolSpec {
+    /// The name the model calls it by.
+    pub name: String,
+    /// What the tool does, for the model.
+    pub description: String,
+    /// A JSON Schema (an object schema) for the arguments.
+    pub parameters: Value,
+}
+
+/// Reasoning the model produced while it replied. Never part of the reply text.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReasoningBlock {
+    /// The reasoning text as streamed (may be a summary, or empty when redacted).
+    #[serde(default)]
+    pub text: String,
+    /// The provider's signature over the block (Anthropic), needed to replay it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub signature: Option<String>,
+    /// Encrypted reasoning the provider withheld (Anthropic `redacted_thinking`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub redacted: Option<String>,
+}
+
+/// Why the model stopped.
+///
+/// Providers normalize their own vocabulary onto the chapter-11 strings: `stop` for a natural
+/// end, `length` for a reply cut at the generation cap, `tool_calls` for a turn that asks for
+/// tools, `content_filter` for a refusal; anything else passes through as sent.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(from = "String", into = "String")]
+pub enum FinishReason {
+    /// `stop`: the model finished its turn.
+    Stop,
+    /// `length`: the reply hit the generation cap.
+    Length,
+    /// `tool_calls`: the turn asks for tools.
+    ToolCalls,
+    /// `content_filter`: the provider withheld or cut the reply.
+    ContentFilter,
+    /// Any other reason, as the provider sent it.
+    Other(String),
+}
+
+impl FinishReason {
+    /// The reason as the string `err.finish_reason` shows.
+    pub fn as_str(&self) -> &str {
+        match self {
+            Self::Stop => "stop",
+            Self::Length => "length",
+            Self::ToolCalls => "tool_calls",
+            Self::ContentFilter => "content_filter",
+            Self::Other(other) => other,
+        }
+    }
+}
+
+impl From<String> for FinishReason {
+    fn from(value: String) -> Self {
+        match value.as_str() {
+            "stop" => Self::Stop,
+            "length" => Self::Length,
+            "tool_calls" => Self::ToolCalls,
+            "content_filter" => Self::ContentFilter,
+            _ => Self::Other(value),
+        }
+    }
+}
+
+impl From<&str> for FinishReason {
+    fn from(value: &str) -> Self {
+        Self::from(value.to_owned())
+    }
+}
+
+impl From<FinishReason> for String {
+    fn from(value: FinishReason) -> Self {
+        match value {
+            FinishReason::Other(other) => other,
+            known => known.as_str().to_owned(),
+        }
+    }
+}
+
+impl fmt::Display for FinishReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Token usage the provider reported for one round.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Usage {
+    /// Tokens of the request, cached prompt tokens included.
+    pub prompt_tokens: u64,
+    /// Tokens the model generated, reasoning tokens included.
+    pub completion_tokens: u64,
+    /// The part of `completion_tokens` spent on reasoning, when the provider says.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reasoning_tokens: Option<u64>,
+}
+
+impl Usage {
+    /// The precheck's token total after this round (chapter 11, "The precheck"): prompt plus
+    /// completion tokens, less the reasoning tokens, which are never sent back.
+    pub fn conversation_tokens(&self) -> u64 {
+        (self.prompt_tokens + self.completion_tokens)
+            .saturating_sub(self.reasoning_tokens.unwrap_or(0))
+    }
+}
+
+/// A model's reply to one round.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Reply {
+    /// The visible reply text, whole (may be empty).
+    pub text: String,
+    /// The tool calls the model asked for, in order.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tool_calls: Vec<ToolCall>,
+    /// Why the model stopped, when the provider said.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub finish_reason: Option<FinishReason>,
+    /// Token usage, when the provider reported it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub usage: Option<Usage>,
+    /// The model's reasoning, kept apart from `text`; never the reply.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub reasoning: Vec<ReasoningBlock>,
+}
+
+impl Reply {
+    /// A plain text reply with finish reason `stop`.
+    pub fn text(text: impl Into<String>) -> Self {
+        Self {
+            text: text.into(),
+            finish_reason: Some(FinishReason::Stop),
+            ..Self::default()
+        }
+    }
+}
+
+/// A model's thinking capability (chapter 10): the three modes the catalog records.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum ThinkingCapability {
+    /// It never thinks; the `thinking` keyword is unmet.
+    #[serde(alias = "never")]
+    Never,
+    /// It always thinks; the `no-thinking` keyword is unmet.
+    #[serde(alias = "always")]
+    Always,
+    /// It can switch thinking on and off per request.
+    #[serde(alias = "switchable")]
+    Switchable,
+}
+
+impl ThinkingCapability {
+    /// `Never`, `Always` or `Switchable`, as the requirements notice names it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Never => "Never",
+            Self::Always => "Always",
+            Self::Switchable => "Switchable",
+        }
+    }
+}
+
+impl fmt::Display for ThinkingCapability {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl From<ThinkingCapability> for promptforge_engine::ThinkingCapability {
+    fn from(value: ThinkingCapability) -> Self {
+        match value {
+            ThinkingCapability::Never => Self::Never,
+            ThinkingCapability::Always => Self::Always,
+            ThinkingCapability::Switchable => Self::Switchable,
+        }
+    }
+}
+
+/// Which wire protocol and defaults a catalog entry uses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ProviderKind {
+    /// OpenAI's API (chat completions), or any server configured like it.
+    #[serde(rename = "openai")]
+    OpenAi,
+    /// The Anthropic Messages API.
+    Anthropic,
+    /// Ollama's OpenAI-compatible endpoint (`/v1`).
+    Ollama,
+    /// vLLM's OpenAI-compatible server.
+    Vllm,
+    /// llama.cpp's `llama-server` (OpenAI-compatible).
+    #[serde(rename = "llamacpp", alias = "llama.cpp", alias = "llama-cpp")]
+    LlamaCpp,
+    /// The Host's gateway from `PROMPTFORGE_GATEWAY_URL` (OpenAI-compatible).
+    Gateway,
+    /// The scripted model of `--script` (no network).
+    Scripted,
+}
+
+impl ProviderKind {
+    /// The name used in config files and quick ids.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::OpenAi => "openai",
+            Self::Anthropic => "anthropic",
+            Self::Ollama => "ollama",
+            Self::Vllm => "vllm",
+            Self::LlamaCpp => "llamacpp",
+            Self::Gateway => "gateway",
+            Self::Scripted => "scripted",
+        }
+    }
+
+    /// Every kind a config entry or quick id may name (all but `scripted`).
+    pub const NETWORKED: [ProviderKind; 6] = [
+        Self::OpenAi,
+        Self::Anthropic,
+        Self::Ollama,
+        Self::Vllm,
+        Self::LlamaCpp,
+        Self::Gateway,
+    ];
+
+    /// The kind a quick-id prefix or config `provider` value names.
+    pub fn from_name(name: &str) -> Option<Self> {
+        match name {
+            "openai" => Some(Self::OpenAi),
+            "anthropic" => Some(Self::Anthropic),
+            "ollama" => Some(Self::Ollama),
+            "vllm" => Some(Self::Vllm),
+            "llamacpp" | "llama.cpp" | "llama-cpp" => Some(Self::LlamaCpp),
+            "gateway" => Some(Self::Gateway),
+            _ => None,
+        }
+    }
+}
+
+impl fmt::Display for ProviderKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// What the catalog knows about one model: everything a model handle and prepare read
+/// (chapter 10, "Model handles" and "Requirements at prepare").
+///
+/// | Handle field / prepare check | Source |
+/// |---|---|
+/// | `model_id`, `sys.model` | [`id`](Self::id) |
+/// | `context`, `min_context` check | [`context`](Self::context) |
+/// | `description` (a role without its own) | [`description`](Self::description) |
+/// | hard keyword checks | [`thinking`](Self::thinking) |
+///
+/// `name`, `label`, `capabilities`, `thinking`, `temperature` and `max_tokens` of a handle come
+/// from the prompt's role and selection, not from the catalog.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ModelDescription {
+    /// The catalog id: what `--model` takes and what `model_id` reads, such as
+    /// `claude-sonnet-4-6` or the quick id `ollama:qwen3:8b`.
+    pub id: String,
+    /// The provider protocol.
+    pub provider: ProviderKind,
+    /// The model name sent on the wire ([`ChatRequest::model`]).
+    pub model: String,
+    /// The endpoint's base URL; `None` for the scripted model.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub base_url: Option<String>,
+    /// The name of the environment variable holding the API key, if the model uses one.
+    /// Keys themselves never appear in files, flags or this description.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub api_key_env: Option<String>,
+    /// The context window in tokens, at least 1.
+    pub context: u64,
+    /// The thinking capability.
+    pub thinking: ThinkingCapability,
+    /// The catalog description (may be empty).
+    #[serde(default)]
+    pub description: String,
+}
+
+impl ModelDescription {
+    /// The engine's view of this model, for [`promptforge_engine::HostState::model`].
+    pub fn engine_info(&self) -> promptforge_engine::ModelInfo {
+        promptforge_engine::ModelInfo {
+            id: self.id.clone(),
+            context: self.context,
+            thinking: self.thinking.into(),
+            description: self.description.clone(),
+        }
+    }
+}

@@ -1,0 +1,249 @@
+//! A scripted HTTP model server on 127.0.0.1 for the provider tests (included by
+//! `model_openai.rs`, `model_anthropic.rs` and `model_catalog.rs` as a module; compiled on its
+//! own it holds no tests).
+//!
+//! Each request is checked by the test's validator (the provider's request schema); a request
+//! that breaks it is answered with status 400 and recorded as a violation. A valid request is
+//! answered by the next scripted step: a server-sent event stream (pieces of raw text, pauses
+//! between them), or an error status with a body.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, dead_code)]
+
+use std::collections::VecDeque;
+use std::convert::Infallible;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use axum::Router;
+use axum::body::{Body, Bytes};
+use axum::extract::State;
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::Response;
+use axum::routing::post;
+use futures_util::stream;
+use serde_json::Value;
+
+/// Checks one request: headers, body, and the 1-based round number.
+pub type Validator = Arc<dyn Fn(&HeaderMap, &Value, usize) -> Result<(), String> + Send + Sync>;
+
+/// One piece of a streamed reply.
+#[derive(Debug, Clone)]
+pub enum Piece {
+    /// Raw bytes of the body, sent as one chunk.
+    Raw(String),
+    /// Wait before the next piece.
+    Pause(Duration),
+}
+
+/// How the server answers one round.
+#[derive(Debug, Clone)]
+pub enum Step {
+    /// `200 text/event-stream` with these pieces.
+    Sse(Vec<Piece>),
+    /// An error status. `chunked` leaves out the content length.
+    Status {
+        status: u16,
+        body: String,
+        chunked: bool,
+    },
+    /// Wait before sending the headers at all.
+    Delay(Duration, Box<Step>),
+}
+
+/// A server-sent event with only a data line.
+pub fn data(value: &Value) -> String {
+    format!("data: {value}\n\n")
+}
+
+/// A server-sent event with an event name.
+pub fn event(name: &str, value: &Value) -> String {
+    format!("event: {name}\ndata: {value}\n\n")
+}
+
+/// A stream of whole events, one chunk each.
+pub fn sse(events: Vec<String>) -> Step {
+    Step::Sse(events.into_iter().map(Piece::Raw).collect())
+}
+
+/// An error status with a known length.
+pub fn status(status: u16, body: &str) -> Step {
+    Step::Status {
+        status,
+        body: body.to_owned(),
+        chunked: false,
+    }
+}
+
+struct Inner {
+    steps: Mutex<VecDeque<Step>>,
+    requests: Mutex<Vec<(HeaderMap, Value)>>,
+    violations: Mutex<Vec<String>>,
+    validator: Validator,
+}
+
+/// A running fake server; stops when the test's runtime ends.
+pub struct FakeServer {
+    /// `http://127.0.0.1:PORT`
+    pub origin: String,
+    inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for FakeServer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FakeServer")
+            .field("origin", &self.origin)
+            .finish_non_exhaustive()
+    }
+}
+
+impl FakeServer {
+    /// Serve `path` on a free loopback port.
+    pub async fn start(path: &str, validator: Validator, steps: Vec<Step>) -> Self {
+        let inner = Arc::new(Inner {
+            steps: Mutex::new(steps.into()),
+            requests: Mutex::new(Vec::new()),
+            violations: Mutex::new(Vec::new()),
+            validator,
+        });
+        let app = Router::new()
+            .route(path, post(handle))
+            .with_state(Arc::clone(&inner));
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let origin = format!("http://{}", listener.local_addr().unwrap());
+        tokio::spawn(async move {
+            axum::serve(listener, app).await.unwrap();
+        });
+        Self { origin, inner }
+    }
+
+    /// Every request body received, in order.
+    pub fn requests(&self) -> Vec<Value> {
+        self.inner
+            .requests
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|(_, body)| body.clone())
+            .collect()
+    }
+
+    /// The headers of every request, in order.
+    pub fn headers(&self) -> Vec<HeaderMap> {
+        self.inner
+            .requests
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|(headers, _)| headers.clone())
+            .collect()
+    }
+
+    /// Every schema violation, in order.
+    pub fn violations(&self) -> Vec<String> {
+        self.inner.violations.lock().unwrap().clone()
+    }
+}
+
+async fn handle(State(inner): State<Arc<Inner>>, headers: HeaderMap, body: Bytes) -> Response {
+    let round = {
+        let mut requests = inner.requests.lock().unwrap();
+        let parsed = serde_json::from_slice::<Value>(&body).unwrap_or(Value::Null);
+        requests.push((headers.clone(), parsed));
+        requests.len()
+    };
+    let verdict = match serde_json::from_slice::<Value>(&body) {
+        Ok(json) => (inner.validator)(&headers, &json, round),
+        Err(e) => Err(format!("body is not JSON: {e}")),
+    };
+    if let Err(violation) = verdict {
+        inner
+            .violations
+            .lock()
+            .unwrap()
+            .push(format!("round {round}: {violation}"));
+        let body =
+            serde_json::json!({"error": {"message": violation, "type": "invalid_request_error"}});
+        return Response::builder()
+            .status(StatusCode::BAD_REQUEST)
+            .header("content-type", "application/json")
+            .body(Body::from(body.to_string()))
+            .unwrap();
+    }
+    let step = inner.steps.lock().unwrap().pop_front();
+    match step {
+        Some(step) => respond(step).await,
+        None => Response::builder()
+            .status(StatusCode::INTERNAL_SERVER_ERROR)
+            .body(Body::from("the fake server has no step left"))
+            .unwrap(),
+    }
+}
+
+async fn respond(mut step: Step) -> Response {
+    while let Step::Delay(wait, inner) = step {
+        tokio::time::sleep(wait).await;
+        step = *inner;
+    }
+    match step {
+        Step::Sse(pieces) => {
+            let body = stream::unfold(pieces.into_iter(), |mut pieces| async move {
+                loop {
+                    match pieces.next()? {
+                        Piece::Pause(wait) => tokio::time::sleep(wait).await,
+                        Piece::Raw(text) => {
+                            return Some((Ok::<_, Infallible>(Bytes::from(text)), pieces));
+                        }
+                    }
+                }
+            });
+            Response::builder()
+                .status(StatusCode::OK)
+                .header("content-type", "text/event-stream")
+                .body(Body::from_stream(body))
+                .unwrap()
+        }
+        Step::Status {
+            status,
+            body,
+            chunked,
+        } => {
+            let builder = Response::builder()
+                .status(StatusCode::from_u16(status).unwrap())
+                .header("content-type", "application/json");
+            if chunked {
+                let chunks: Vec<Result<Bytes, Infallible>> = body
+                    .as_bytes()
+                    .chunks(100)
+                    .map(|c| Ok(Bytes::copy_from_slice(c)))
+                    .collect();
+                builder
+                    .body(Body::from_stream(stream::iter(chunks)))
+                    .unwrap()
+            } else {
+                builder.body(Body::from(body)).unwrap()
+            }
+        }
+        Step::Delay(..) => unreachable!("delays are unwrapped above"),
+    }
+}
+
+/// Keys of an object, checked against an allowed set.
+pub fn only_keys(value: &Value, allowed: &[&str], at: &str) -> Result<(), String> {
+    let Some(object) = value.as_object() else {
+        return Err(format!("{at} must be an object"));
+    };
+    for key in object.keys() {
+        if !allowed.contains(&key.as_str()) {
+            return Err(format!("{at} has unexpected key `{key}`"));
+        }
+    }
+    Ok(())
+}
+
+/// A required string field.
+pub fn string<'v>(value: &'v Value, key: &str, at: &str) -> Result<&'v str, String> {
+    value
+        .get(key)
+        .and_then(Value::as_str)
+        .ok_or_else(|| format!("{at}.{key} must be a string"))
+}
