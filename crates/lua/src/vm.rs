@@ -33,11 +33,26 @@ pub const DEFAULT_LOG_EVENTS: u32 = 1024;
 pub const LOG_BYTES_PER_EVENT: u64 = 256;
 /// The most stack frames an error's location and traceback are read from.
 const MAX_TRACEBACK_FRAMES: usize = 24;
+/// Bytes a section VM may allocate before its garbage collector starts.
+const GC_START_BYTES: usize = 4 * 1024 * 1024;
 /// How often (in VM instructions) the cancel flag is polled.
 const CANCEL_POLL_INSTRUCTIONS: u32 = 1000;
 
 const SHIM_NAME: &str = "=promptforge/vm.lua";
 const SHIM_SOURCE: &str = include_str!("shim/vm.lua");
+/// Shim modules loaded on a VM's first use of them: (name, chunk name, source).
+const SHIM_MODULES: [(&str, &str, &str); 2] = [
+    (
+        "store",
+        "=promptforge/store.lua",
+        include_str!("shim/store.lua"),
+    ),
+    (
+        "models",
+        "=promptforge/models.lua",
+        include_str!("shim/models.lua"),
+    ),
+];
 /// Registry key of the shim's private API table.
 const API_KEY: &str = "promptforge.api";
 
@@ -324,19 +339,28 @@ impl SectionVm {
             nonce: cfg.nonce.clone(),
         }));
         let cancel = cfg.cancel.clone();
+        // The collector starts stopped: most section VMs live for a few microseconds and
+        // are freed whole, so collecting them is wasted work. The hook that polls the cancel
+        // flag also restarts the collector once the VM has allocated GC_START_BYTES (and an
+        // allocation that would pass the memory limit triggers Lua's emergency collection
+        // whether the collector runs or not).
+        let gc_started = Rc::new(std::cell::Cell::new(false));
         lua.set_global_hook(
             HookTriggers::new().every_nth_instruction(CANCEL_POLL_INSTRUCTIONS),
-            move |_, _| {
+            move |lua, _| {
                 if cancel.load(Ordering::Relaxed) {
-                    Err(mlua::Error::RuntimeError("run cancelled".into()))
-                } else {
-                    Ok(VmState::Continue)
+                    return Err(mlua::Error::RuntimeError("run cancelled".into()));
                 }
+                if !gc_started.get() && lua.used_memory() > GC_START_BYTES {
+                    gc_started.set(true);
+                    lua.gc_restart();
+                }
+                Ok(VmState::Continue)
             },
         )
         .map_err(|e| LuaFailure::internal(&e))?;
+        lua.gc_stop();
         let build = || -> mlua::Result<Table> {
-            lua.gc_stop();
             let host = Self::host_function(&lua, &shared)?;
             let cfg_table = lua.create_table()?;
             cfg_table.raw_set("h1", in_h1)?;
@@ -362,7 +386,6 @@ impl SectionVm {
                 .into_function()?;
             let api: Table = shim.call((host, cfg_table))?;
             lua.set_named_registry_value(API_KEY, &api)?;
-            lua.gc_restart();
             Ok(api)
         };
         let api = build().map_err(|e| LuaFailure::internal(&e))?;
@@ -475,6 +498,24 @@ impl SectionVm {
                             Ok(()) => Ok(MultiValue::new()),
                             Err(message) => message.into_lua_multi(lua),
                         }
+                    }
+                    "load_module" => {
+                        let name = match &a {
+                            Value::String(name) => name.to_string_lossy(),
+                            _ => String::new(),
+                        };
+                        let Some((_, chunk, bytecode)) =
+                            module_bytecode().iter().find(|(n, _, _)| *n == name)
+                        else {
+                            return Err(mlua::Error::RuntimeError(format!(
+                                "unknown shim module `{name}`"
+                            )));
+                        };
+                        lua.load(&bytecode[..])
+                            .set_name(*chunk)
+                            .set_mode(ChunkMode::Binary)
+                            .into_function()?
+                            .into_lua_multi(lua)
                     }
                     "untrusted" => {
                         let text = match &a {
@@ -839,16 +880,39 @@ impl SectionVm {
     }
 }
 
+/// The shim modules compiled once per process (stripped, like the shim itself).
+fn module_bytecode() -> &'static [(&'static str, &'static str, Vec<u8>)] {
+    static BYTECODE: std::sync::OnceLock<Vec<(&'static str, &'static str, Vec<u8>)>> =
+        std::sync::OnceLock::new();
+    BYTECODE.get_or_init(|| {
+        let Ok(lua) = Lua::new_with(StdLib::NONE, LuaOptions::new()) else {
+            return Vec::new();
+        };
+        // The deterministic-iteration wrappers of order.rs, as a module taking `P`.
+        let order = format!(
+            "local P = ...\nlocal p, n, c = (function(...)\n{}\nend)(P.order, P.table_concat, P.tostring, P.type, P.error, P.select, P.rawget)\nreturn {{ pairs = p, next = n, concat = c }}\n",
+            crate::order::WRAPPERS
+        );
+        let mut sources: Vec<(&'static str, &'static str, String)> = SHIM_MODULES
+            .iter()
+            .map(|(name, chunk, source)| (*name, *chunk, (*source).to_owned()))
+            .collect();
+        sources.push(("order", "=promptforge/order.lua", order));
+        sources
+            .into_iter()
+            .filter_map(|(name, chunk, source)| {
+                let f = lua.load(source).set_name(chunk).into_function().ok()?;
+                Some((name, chunk, f.dump(true)))
+            })
+            .collect()
+    })
+}
+
 /// The compiled shim, compiled once per process.
 fn shim_bytecode() -> &'static [u8] {
     static BYTECODE: std::sync::OnceLock<Vec<u8>> = std::sync::OnceLock::new();
     BYTECODE.get_or_init(|| {
-        // The deterministic iteration wrappers run inside the shim's own chunk (one chunk
-        // load per VM instead of two): the shim calls `__order` with the Rust callbacks.
-        let source = format!(
-            "local __order = function(...)\n{}\nend\n{SHIM_SOURCE}",
-            crate::order::WRAPPERS
-        );
+        let source = SHIM_SOURCE;
         let lua = Lua::new_with(StdLib::NONE, LuaOptions::new());
         lua.ok()
             .and_then(|lua| {
@@ -1190,6 +1254,7 @@ mod tests {
     #[test]
     fn shim_compiles() {
         assert!(!shim_bytecode().is_empty());
+        assert_eq!(module_bytecode().len(), SHIM_MODULES.len() + 1);
     }
 
     #[test]

@@ -19,14 +19,8 @@ local type, tostring, select, next = type, tostring, select, next
 local yield, yieldable = coroutine.yield, coroutine.isyieldable
 local table_pack, table_unpack = table.pack, table.unpack
 
--- Deterministic pairs/next and table.concat with __tostring (wrappers from order.rs).
-do
-  local det_pairs, det_next, det_concat = __order(cfg.order,
-    table.concat, tostring, type, error, select, rawget)
-  rawset(G, 'pairs', det_pairs)
-  rawset(G, 'next', det_next)
-  rawset(table, 'concat', det_concat)
-end
+-- Stock functions the lazily loaded modules need, captured before the sandbox removes them.
+local stock_concat, stock_rawget = table.concat, rawget
 
 -- The sandbox: only string, table, math and the listed base functions stay reachable.
 -- (io, os, debug, package, utf8 and require are never loaded.)
@@ -71,7 +65,7 @@ local function raise(message, extra)
 end
 
 -- The type name argument errors use: integer for an integer, number for a float.
-local math_type = math.type
+local math_type, string_match = math.type, string.match
 local function arg_type(v)
   local t = math_type(v)
   if t == 'integer' then return 'integer' end
@@ -370,69 +364,6 @@ local function suspend(op, payload, allowed_in_shared_load)
   error(e, 0)
 end
 
--- store (chapter 09). In a block each call suspends; while the shared library loads it runs
--- directly, and there a number passed where a string is expected is converted to text and any
--- other wrong type fails with a generic conversion message.
-local function store_text(fname, index, name, v)
-  if in_shared_load then
-    if math_type(v) then v = tostring(v) end
-    if type(v) ~= 'string' then
-      error("bad argument #" .. index .. " to '" .. fname .. "' (string expected, got "
-        .. type(v) .. ")", 3)
-    end
-  end
-  check_string(name, v)
-  return v
-end
-
--- Line bounds travel with their Lua types; the Engine checks them.
-local function bound(v)
-  return { value = math_type(v) and v or nil, type = arg_type(v) }
-end
-
-local function store_call(payload)
-  return suspend('store', payload, true)
-end
-
-local store = {}
-store.read = function(path, first, last)
-  path = store_text('read', 1, 'path', path)
-  return store_call({ op = 'read', path = path, first = bound(first), last = bound(last) })
-end
-store.read_numbered = function(path, first, last)
-  path = store_text('read_numbered', 1, 'path', path)
-  return store_call({ op = 'read_numbered', path = path, first = bound(first), last = bound(last) })
-end
-store.write = function(path, contents)
-  path = store_text('write', 1, 'path', path)
-  contents = store_text('write', 2, 'contents', contents)
-  return store_call({ op = 'write', path = path, contents = contents })
-end
-store.append = function(path, contents)
-  path = store_text('append', 1, 'path', path)
-  contents = store_text('append', 2, 'contents', contents)
-  return store_call({ op = 'append', path = path, contents = contents })
-end
-store.str_replace = function(path, old, new)
-  path = store_text('str_replace', 1, 'path', path)
-  old = store_text('str_replace', 2, 'old', old)
-  new = store_text('str_replace', 3, 'new', new)
-  return store_call({ op = 'str_replace', path = path, old = old, new = new })
-end
-store.delete = function(path)
-  path = store_text('delete', 1, 'path', path)
-  return store_call({ op = 'delete', path = path })
-end
-store.exists = function(path)
-  path = store_text('exists', 1, 'path', path)
-  return store_call({ op = 'exists', path = path })
-end
-store.glob = function(pattern)
-  pattern = store_text('glob', 1, 'pattern', pattern)
-  return store_call({ op = 'glob', pattern = pattern }) or {}
-end
-rawset(G, 'store', store)
-
 -- untrusted(s): the envelope, with the run's one nonce.
 rawset(G, 'untrusted', function(s)
   if math_type(s) then s = tostring(s) end
@@ -440,169 +371,49 @@ rawset(G, 'untrusted', function(s)
   return host('untrusted', s)
 end)
 
--- models (chapter 10).
-local models = {}
-models.use = function(...)
-  local label, options = ...
-  local handle, message = host('models_use', select('#', ...), label, options)
-  if message then raise(message) end
-  return handle
-end
-models.default = function(label)
-  local handle, message = host('models_default', label)
-  if message then raise(message) end
-  return handle
-end
-models.get = function(name)
-  local handle, message = host('models_get', name)
-  if message then raise(message) end
-  return handle
-end
-models.infer = function(...)
-  local n = select('#', ...)
-  if n >= 3 then raise('models.infer takes (handle?, prompt)') end
-  local handle, prompt = nil, ...
-  if n == 2 then
-    local a, b = ...
-    if a ~= nil then
-      if type(a) ~= 'userdata' then
-        raise('models.infer handle must be a model handle, got ' .. arg_type(a))
-      end
-      if not host('is_handle', a) then raise('models.infer handle must be a model handle') end
-      handle = a
-    end
-    prompt = b
-  end
-  check_string('prompt', prompt)
-  local target, message = host('round_model', handle)
-  if message then
-    error(make_error('internal', message, nil, { run_kind = 'Binding', epoch = suspends }), 0)
-  end
-  local reply = suspend('model.infer', { model = target, prompt = prompt })
-  if reply.tool_calls ~= nil and #reply.tool_calls > 0 then
-    raise('model inference received tool calls but no tools were advertised')
-  end
-  return reply.text
-end
-
--- messages (chapter 11): builder methods live on the list's metatable, never as fields.
-local LIST_METHODS = {}
-local LIST_MT = { __index = LIST_METHODS }
-function LIST_METHODS.system(list, content)
-  list[#list + 1] = { role = 'system', content = content }
-  return list
-end
-function LIST_METHODS.user(list, content)
-  list[#list + 1] = { role = 'user', content = content }
-  return list
-end
-function LIST_METHODS.assistant(list, content, tool_calls)
-  list[#list + 1] = { role = 'assistant', content = content, tool_calls = tool_calls }
-  return list
-end
-function LIST_METHODS.tool(list, content, tool_call_id)
-  list[#list + 1] = { role = 'tool', content = content, tool_call_id = tool_call_id }
-  return list
-end
-function LIST_METHODS.append(list, record)
-  list[#list + 1] = record
-  return list
-end
-rawset(G, 'messages', { new = function() return setmetatable({}, LIST_MT) end })
-
--- compactors: the shipped overflow policies.
-local OVERFLOW_TEXT = {
-  precheck = "context exhausted: the request precheck overflowed the model's context window",
-  provider = "context exhausted: the provider rejected the request as exceeding the model's context window",
+-- store, models, messages and compactors: the public functions are small stubs; the real
+-- code is a separate chunk loaded on a VM's first use of it, so sections that never touch
+-- a module never pay to load it.
+local P = {
+  host = host, cfg = cfg, raise = raise, make_error = make_error, arg_type = arg_type,
+  check_string = check_string, math_type = math_type, suspend = suspend,
+  in_shared_load = function() return in_shared_load end,
+  epoch = function() return suspends end,
+  error = error, type = type, tostring = tostring, select = select,
+  setmetatable = setmetatable, string_match = string_match,
+  order = cfg.order, table_concat = stock_concat, rawget = stock_rawget,
 }
-local compactors = {}
-compactors.fail = function(tag)
-  local text = OVERFLOW_TEXT[tag]
-  if type(tag) ~= 'string' or text == nil then
-    raise('unknown overflow reason "' .. tostring(tag) .. '"; expected "precheck" or "provider"')
+local loaded = {}
+local function module(name)
+  local m = loaded[name]
+  if m == nil then
+    m = host('load_module', name)(P)
+    loaded[name] = m
   end
-  error(make_error('context_exhausted', text, { reason = tag },
-    { run_kind = 'ContextExhausted', epoch = suspends }), 0)
+  return m
 end
-local fail_compactor = compactors.fail
-rawset(G, 'compactors', compactors)
-
-local COMPACTOR_RETURNED = 'the compactor returned instead of raising; a compactor must end '
-  .. 'models.loop with an error, as compactors.fail does'
-
-local function typed_error(kind, message, fields, run_kind)
-  error(make_error(kind, message, fields, { run_kind = run_kind, epoch = suspends }), 0)
+local function stubs(name, pick, names)
+  local t = {}
+  for i = 1, #names do
+    local f = names[i]
+    t[f] = function(...) return pick(module(name))[f](...) end
+  end
+  return t
 end
-
--- Rounds that overflow go to the compactor, which must raise.
-local function overflow(compactor, reason)
-  compactor(reason)
-  raise(COMPACTOR_RETURNED)
-end
-
-models.loop = function(...)
-  local a, b, c = ...
-  local handle, list, compactor
-  if type(a) == 'userdata' then
-    if not host('is_handle', a) then raise('models.loop handle must be a model handle') end
-    handle, list, compactor = a, b, c
-  else
-    list, compactor = a, b
-  end
-  if type(list) ~= 'table' then
-    raise('messages must be a table of message tables, got ' .. arg_type(list))
-  end
-  if compactor == nil then
-    compactor = fail_compactor
-  elseif type(compactor) ~= 'function' then
-    raise('compactor must be a function, got ' .. arg_type(compactor))
-  end
-  local checked, message = host('loop_compose', list)
-  if checked == nil then raise(message) end
-  local target, missing = host('round_model', handle)
-  if missing then typed_error('internal', missing, nil, 'Binding') end
-  local answered, rounds = false, 0
-  while true do
-    if rounds >= cfg.round_cap then
-      typed_error('tool_loop_exhausted', 'tool-call loop did not converge', nil, 'Tool')
-    end
-    -- The section's model is looked up again for every round (unless a handle pins it).
-    if handle == nil then
-      target, missing = host('round_model', nil)
-      if missing then typed_error('internal', missing, nil, 'Binding') end
-    end
-    local composed, fits = host('loop_compose', list, target)
-    if composed == nil then raise(fits) end
-    if not fits then overflow(compactor, 'precheck') end
-    local reply = suspend('model.loop', { model = target, messages = composed, tools = {} })
-    if reply.overflow then overflow(compactor, 'provider') end
-    rounds = rounds + 1
-    host('loop_record', target, reply.usage)
-    local calls = reply.tool_calls or {}
-    if #calls > 0 then
-      local malformed = host('loop_check_calls', calls)
-      if malformed then typed_error('internal', malformed, nil, 'Completion') end
-      -- No tool is in scope in this build: any call is out of scope.
-      local name = calls[1].name
-      typed_error('out_of_scope_tool',
-        'tool "' .. name .. '" is not in this section\'s scope; in-scope aliases: []',
-        { name = name }, 'Tool')
-    end
-    local text = reply.text or ''
-    if text:match('%S') then
-      list[#list + 1] = { role = 'assistant', content = text }
-      return nil
-    end
-    if answered and reply.finish_reason == 'stop' then
-      list[#list + 1] = { role = 'assistant', content = '' }
-      return nil
-    end
-    typed_error('empty_model_reply', 'the model replied with no text and no tool calls',
-      { finish_reason = reply.finish_reason }, 'Completion')
-  end
-end
-
-rawset(G, 'models', models)
+local function whole(m) return m end
+-- Deterministic pairs/next and table.concat with __tostring (wrappers from order.rs).
+-- The stubs tail-call the real functions, so their errors still point at the caller.
+rawset(G, 'pairs', function(...) return module('order').pairs(...) end)
+rawset(G, 'next', function(...) return module('order').next(...) end)
+rawset(table, 'concat', function(...) return module('order').concat(...) end)
+rawset(G, 'store', stubs('store', whole, {
+  'read', 'read_numbered', 'write', 'append', 'str_replace', 'delete', 'exists', 'glob',
+}))
+rawset(G, 'models', stubs('models', function(m) return m.models end, {
+  'use', 'default', 'get', 'infer', 'loop',
+}))
+rawset(G, 'messages', stubs('models', function(m) return m.messages end, { 'new' }))
+rawset(G, 'compactors', stubs('models', function(m) return m.compactors end, { 'fail' }))
 
 setmetatable(G, GUARD)
 

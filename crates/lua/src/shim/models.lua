@@ -1,0 +1,172 @@
+-- PromptForge section VM: `models`, `messages` and `compactors` (chapters 10 and 11),
+-- loaded on first use.
+local P = ...
+local host, cfg, raise, make_error = P.host, P.cfg, P.raise, P.make_error
+local arg_type, check_string, math_type, suspend = P.arg_type, P.check_string, P.math_type, P.suspend
+local in_shared_load, epoch = P.in_shared_load, P.epoch
+-- Everything comes from P: this chunk runs after prompt code may have replaced globals.
+local error, type, tostring, select, setmetatable = P.error, P.type, P.tostring, P.select, P.setmetatable
+local string_match = P.string_match
+
+-- models (chapter 10).
+local models = {}
+models.use = function(...)
+  local label, options = ...
+  local handle, message = host('models_use', select('#', ...), label, options)
+  if message then raise(message) end
+  return handle
+end
+models.default = function(label)
+  local handle, message = host('models_default', label)
+  if message then raise(message) end
+  return handle
+end
+models.get = function(name)
+  local handle, message = host('models_get', name)
+  if message then raise(message) end
+  return handle
+end
+models.infer = function(...)
+  local n = select('#', ...)
+  if n >= 3 then raise('models.infer takes (handle?, prompt)') end
+  local handle, prompt = nil, ...
+  if n == 2 then
+    local a, b = ...
+    if a ~= nil then
+      if type(a) ~= 'userdata' then
+        raise('models.infer handle must be a model handle, got ' .. arg_type(a))
+      end
+      if not host('is_handle', a) then raise('models.infer handle must be a model handle') end
+      handle = a
+    end
+    prompt = b
+  end
+  check_string('prompt', prompt)
+  local target, message = host('round_model', handle)
+  if message then
+    error(make_error('internal', message, nil, { run_kind = 'Binding', epoch = epoch() }), 0)
+  end
+  local reply = suspend('model.infer', { model = target, prompt = prompt })
+  if reply.tool_calls ~= nil and #reply.tool_calls > 0 then
+    raise('model inference received tool calls but no tools were advertised')
+  end
+  return reply.text
+end
+
+-- messages (chapter 11): builder methods live on the list's metatable, never as fields.
+local LIST_METHODS = {}
+local LIST_MT = { __index = LIST_METHODS }
+function LIST_METHODS.system(list, content)
+  list[#list + 1] = { role = 'system', content = content }
+  return list
+end
+function LIST_METHODS.user(list, content)
+  list[#list + 1] = { role = 'user', content = content }
+  return list
+end
+function LIST_METHODS.assistant(list, content, tool_calls)
+  list[#list + 1] = { role = 'assistant', content = content, tool_calls = tool_calls }
+  return list
+end
+function LIST_METHODS.tool(list, content, tool_call_id)
+  list[#list + 1] = { role = 'tool', content = content, tool_call_id = tool_call_id }
+  return list
+end
+function LIST_METHODS.append(list, record)
+  list[#list + 1] = record
+  return list
+end
+local messages = { new = function() return setmetatable({}, LIST_MT) end }
+
+-- compactors: the shipped overflow policies.
+local OVERFLOW_TEXT = {
+  precheck = "context exhausted: the request precheck overflowed the model's context window",
+  provider = "context exhausted: the provider rejected the request as exceeding the model's context window",
+}
+local compactors = {}
+compactors.fail = function(tag)
+  local text = OVERFLOW_TEXT[tag]
+  if type(tag) ~= 'string' or text == nil then
+    raise('unknown overflow reason "' .. tostring(tag) .. '"; expected "precheck" or "provider"')
+  end
+  error(make_error('context_exhausted', text, { reason = tag },
+    { run_kind = 'ContextExhausted', epoch = epoch() }), 0)
+end
+local fail_compactor = compactors.fail
+
+local COMPACTOR_RETURNED = 'the compactor returned instead of raising; a compactor must end '
+  .. 'models.loop with an error, as compactors.fail does'
+
+local function typed_error(kind, message, fields, run_kind)
+  error(make_error(kind, message, fields, { run_kind = run_kind, epoch = epoch() }), 0)
+end
+
+-- Rounds that overflow go to the compactor, which must raise.
+local function overflow(compactor, reason)
+  compactor(reason)
+  raise(COMPACTOR_RETURNED)
+end
+
+models.loop = function(...)
+  local a, b, c = ...
+  local handle, list, compactor
+  if type(a) == 'userdata' then
+    if not host('is_handle', a) then raise('models.loop handle must be a model handle') end
+    handle, list, compactor = a, b, c
+  else
+    list, compactor = a, b
+  end
+  if type(list) ~= 'table' then
+    raise('messages must be a table of message tables, got ' .. arg_type(list))
+  end
+  if compactor == nil then
+    compactor = fail_compactor
+  elseif type(compactor) ~= 'function' then
+    raise('compactor must be a function, got ' .. arg_type(compactor))
+  end
+  local checked, message = host('loop_compose', list)
+  if checked == nil then raise(message) end
+  local target, missing = host('round_model', handle)
+  if missing then typed_error('internal', missing, nil, 'Binding') end
+  local answered, rounds = false, 0
+  while true do
+    if rounds >= cfg.round_cap then
+      typed_error('tool_loop_exhausted', 'tool-call loop did not converge', nil, 'Tool')
+    end
+    -- The section's model is looked up again for every round (unless a handle pins it).
+    if handle == nil then
+      target, missing = host('round_model', nil)
+      if missing then typed_error('internal', missing, nil, 'Binding') end
+    end
+    local composed, fits = host('loop_compose', list, target)
+    if composed == nil then raise(fits) end
+    if not fits then overflow(compactor, 'precheck') end
+    local reply = suspend('model.loop', { model = target, messages = composed, tools = {} })
+    if reply.overflow then overflow(compactor, 'provider') end
+    rounds = rounds + 1
+    host('loop_record', target, reply.usage)
+    local calls = reply.tool_calls or {}
+    if #calls > 0 then
+      local malformed = host('loop_check_calls', calls)
+      if malformed then typed_error('internal', malformed, nil, 'Completion') end
+      -- No tool is in scope in this build: any call is out of scope.
+      local name = calls[1].name
+      typed_error('out_of_scope_tool',
+        'tool "' .. name .. '" is not in this section\'s scope; in-scope aliases: []',
+        { name = name }, 'Tool')
+    end
+    local text = reply.text or ''
+    if string_match(text, '%S') then
+      list[#list + 1] = { role = 'assistant', content = text }
+      return nil
+    end
+    if answered and reply.finish_reason == 'stop' then
+      list[#list + 1] = { role = 'assistant', content = '' }
+      return nil
+    end
+    typed_error('empty_model_reply', 'the model replied with no text and no tool calls',
+      { finish_reason = reply.finish_reason }, 'Completion')
+  end
+end
+
+return { models = models, messages = messages, compactors = compactors }
