@@ -13,7 +13,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use promptforge_engine::store_path::{StoreAnswer, StoreOp};
-use promptforge_engine::{Outcome, Run, RunContext};
+use promptforge_engine::{Outcome, Run, RunContext, RunError, RunErrorKind};
 use promptforge_harness::model::{Catalog, Environment, ScriptedModel};
 use promptforge_harness::store::{Store, collect_output_file, place_input_file};
 
@@ -207,7 +207,17 @@ fn execute(args: &RunArgs, text: &str, mut ctx: RunContext) -> Result<Outcome, S
         Err(err) => return Ok(Outcome::Failed(err.into())),
     };
     let model = current_model(args)?;
-    let mut store = open_store(args)?;
+    // A store that fails as the run starts fails the run with `Vfs` (chapter 16).
+    let mut store = match open_store(args) {
+        Ok(store) => store,
+        Err(detail) => {
+            eprintln!("error: {detail}");
+            return Ok(Outcome::Failed(RunError::new(
+                RunErrorKind::Vfs,
+                "store operation failed",
+            )));
+        }
+    };
     if let Some(decl) = &prompt.frontmatter.input {
         match &args.input_file {
             Some(file) => place_input_file(&mut store, &decl.path, file)
