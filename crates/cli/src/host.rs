@@ -74,7 +74,10 @@ impl Host {
     /// Drive a run to its end.
     pub fn drive(&self, run: &mut Run) -> Outcome {
         loop {
-            match run.step() {
+            let step = run.step();
+            // Events are not shown by this Host yet; drain them so they never pile up.
+            drop(run.take_events());
+            match step {
                 Step::Done(outcome) => return outcome,
                 Step::Effects(effects) => {
                     if effects.is_empty() {

@@ -188,7 +188,7 @@ pub struct Run {
     /// The main chain's entry counter (`sys.id` is `0.{n}`).
     entries: u64,
     when: String,
-    labels: Vec<String>,
+    labels: Arc<[String]>,
     /// The next effect id.
     next_effect: EffectId,
     /// Effects issued and not yet returned by `step`.
@@ -210,7 +210,7 @@ impl Run {
     pub fn new(prompt: Arc<Prompt>, ctx: RunContext) -> Run {
         let args = ctx.args.clone().unwrap_or_default();
         let argv = derive_argv(&prompt.frontmatter.args, &args);
-        let labels = prompt.lua_regions().map(|r| r.label.clone()).collect();
+        let labels: Arc<[String]> = prompt.lua_regions().map(|r| r.label.clone()).collect();
         let when = render_when(ctx.start_ms);
         let models = Rc::new(RefCell::new(models_state(&prompt, &ctx)));
         let mut claims = Claims::new();

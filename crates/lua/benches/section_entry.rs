@@ -25,10 +25,10 @@ fn config() -> VmConfig {
         visible: Vec::new(),
         log_events: 1024,
         cancel: Arc::new(AtomicBool::new(false)),
-        region_labels: vec![
+        region_labels: Arc::from(vec![
             "prompt shared library".into(),
             "section `Main` epilog".into(),
-        ],
+        ]),
         random_seed: 1,
         models: Default::default(),
         round_cap: 24,

@@ -98,7 +98,7 @@ pub struct VmConfig {
     /// Raised by the Host to cancel; polled from every coroutine.
     pub cancel: Arc<AtomicBool>,
     /// Labels of every Lua region of the prompt (for error locations).
-    pub region_labels: Vec<String>,
+    pub region_labels: Arc<[String]>,
     /// Seed for `math.random` in this VM (derived by the engine from the run seed).
     pub random_seed: u64,
     /// The run-wide model roles, current model and prompt-wide default.
@@ -226,7 +226,7 @@ struct Shared {
     snapshot: Option<Json>,
     cancel: Arc<AtomicBool>,
     site: ErrorSite,
-    region_labels: Vec<String>,
+    region_labels: Arc<[String]>,
     in_h1: bool,
     /// The chain's input, as substitution reads it (null = nil).
     argv: Json,
@@ -715,10 +715,19 @@ impl SectionVm {
                 Some(Value::String(op)) => op.to_string_lossy(),
                 _ => String::new(),
             };
-            let payload = values
+            let mut payload = values
                 .next()
                 .map(|v| json::to_json(&v, "request").unwrap_or(Json::Null))
                 .unwrap_or(Json::Null);
+            if op == "model.loop"
+                && let Json::Object(map) = &mut payload
+            {
+                let composed = &self.shared.borrow().last_composed;
+                map.insert(
+                    "messages".to_owned(),
+                    serde_json::to_value(composed).unwrap_or(Json::Null),
+                );
+            }
             return BlockStep::Suspended(Request { op, payload });
         }
         self.current = None;
@@ -1014,12 +1023,11 @@ fn loop_compose(
             .usage
             .precheck(&composed, &usage_key(&target), context, max_tokens);
     }
-    let value = json::from_json(
-        lua,
-        &serde_json::to_value(&composed).map_err(mlua::Error::external)?,
-    )?;
+    // The composed records stay on the Rust side: the round's request takes them from here
+    // (see `resume`), so they are never converted back into Lua.
     shared.borrow_mut().last_composed = composed;
-    Ok(Ok((value, fits)))
+    let _ = lua;
+    Ok(Ok((Value::Boolean(true), fits)))
 }
 
 /// Check the tool calls of a model reply (chapter 11, "What the loop appends").
@@ -1216,7 +1224,7 @@ mod tests {
             }],
             log_events: 3,
             cancel: Arc::new(AtomicBool::new(false)),
-            region_labels: vec!["section `Main` prologue".into()],
+            region_labels: Arc::from(vec!["section `Main` prologue".to_owned()]),
             random_seed: 1,
             models: Default::default(),
             round_cap: 24,

@@ -141,7 +141,8 @@ models.loop = function(...)
     local composed, fits = host('loop_compose', list, target)
     if composed == nil then raise(fits) end
     if not fits then overflow(compactor, 'precheck') end
-    local reply = suspend('model.loop', { model = target, messages = composed, tools = {} })
+    -- The composed records travel on the Rust side (see `loop_compose`).
+    local reply = suspend('model.loop', { model = target, tools = {} })
     if reply.overflow then overflow(compactor, 'provider') end
     rounds = rounds + 1
     host('loop_record', target, reply.usage)

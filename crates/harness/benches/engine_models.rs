@@ -1,0 +1,356 @@
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // bench code
+//! Model rounds made by a prompt, driven through the engine's [`Run`], against the same rounds
+//! made directly with the provider (no engine) as the baseline:
+//!
+//! - one `models.infer` round, and ten `models.loop` rounds (ten one-round loops on one
+//!   growing message list: a system record, then a user record and the reply per loop); in
+//!   process also forty such rounds, since a round's cost grows with the length of the list;
+//! - over HTTP with the real [`OpenAiProvider`] against an instant OpenAI-shaped server on
+//!   127.0.0.1 (axum, a canned server-sent event reply), and in process with a provider that
+//!   answers at once (no HTTP), which shows the engine's own cost per round;
+//! - a run of the same prompt shape that makes no round, which is the fixed cost of a run
+//!   (the H1 pass and one section entry) that the per-round figures include.
+//!
+//! Engine overhead per round = (engine time − direct time) / rounds. The Host loop here does
+//! what the CLI Host does per round: the engine's JSON messages become a [`ChatRequest`], the
+//! provider's [`Reply`] becomes the JSON the shim reads.
+
+use std::hint::black_box;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::Router;
+use axum::body::{Body, Bytes};
+use axum::http::StatusCode;
+use axum::response::Response;
+use axum::routing::post;
+use criterion::{Criterion, criterion_group, criterion_main};
+use promptforge_engine::run::{ModelRound, store_answer, store_error_answer};
+use promptforge_engine::{Effect, ModelInfo, Outcome, Run, RunContext, Step, ThinkingCapability};
+use promptforge_harness::model::{
+    ChatRequest, FinishReason, Message, ModelFuture, ModelLimits, ModelProvider, OpenAiOptions,
+    OpenAiProvider, Reply, ReplyObserver, ThinkingSwitch, Usage,
+};
+use promptforge_harness::store::Store;
+use promptforge_lua::vm::Answer;
+use promptforge_syntax::Prompt;
+use serde_json::{Value as Json, json};
+
+/// The wire model name and the catalog id the engine sees.
+const MODEL: &str = "bench-model";
+/// The reply every round gets.
+const REPLY: &str = "Short answer.";
+/// Rounds in the loop prompt.
+const LOOP_ROUNDS: usize = 10;
+/// Rounds in the long loop prompt (in process only), to show how a round's cost grows with the
+/// length of the list.
+const LONG_LOOP_ROUNDS: usize = 40;
+
+const FRONTMATTER: &str = "---\nname: model-bench\ndescription: model rounds for the bench\n\
+promptforge: 0\nmodels:\n  writer: {}\n---\n\n# Model bench\n\n```lua\nmodels.default('writer')\n```\n\n";
+
+const INFER: &str = "## Ask\n\n```lua\nreturn models.infer('Say hello in two words.')\n```\n";
+
+/// A section that runs `rounds` one-round loops on one growing list.
+fn loop_section(rounds: usize) -> String {
+    format!(
+        "## Talk\n\n```lua\nlocal msgs = messages.new():system('Be brief.')\n\
+         for i = 1, {rounds} do\n  msgs:user('Question ' .. i .. ': say something short.')\n  \
+         models.loop(msgs)\nend\nreturn msgs[#msgs].content .. ' ' .. #msgs\n```\n"
+    )
+}
+
+const NO_ROUND: &str = "## Ask\n\n```lua\nlocal s = 'Say hello in two words.'\nreturn s\n```\n";
+
+fn prompt(section: &str) -> Arc<Prompt> {
+    Arc::new(Prompt::parse(&format!("{FRONTMATTER}{section}")).unwrap())
+}
+
+// --- The instant OpenAI-shaped server ----------------------------------------------------------
+
+/// A complete chat-completions stream: one content delta, the finish reason, usage, `[DONE]`.
+fn canned_sse() -> String {
+    let chunk = |choices: Json, usage: Option<Json>| {
+        let mut value = json!({
+            "id": "chatcmpl-bench", "object": "chat.completion.chunk", "created": 1_767_225_600,
+            "model": MODEL, "choices": choices,
+        });
+        if let Some(usage) = usage {
+            value["usage"] = usage;
+        }
+        format!("data: {value}\n\n")
+    };
+    [
+        chunk(
+            json!([{"index": 0, "delta": {"role": "assistant", "content": REPLY}, "finish_reason": null}]),
+            None,
+        ),
+        chunk(
+            json!([{"index": 0, "delta": {}, "finish_reason": "stop"}]),
+            None,
+        ),
+        chunk(
+            json!([]),
+            Some(json!({"prompt_tokens": 20, "completion_tokens": 3, "total_tokens": 23})),
+        ),
+        "data: [DONE]\n\n".to_owned(),
+    ]
+    .concat()
+}
+
+/// Start the server on a background thread; its base URL (`http://127.0.0.1:PORT/v1`).
+fn start_server() -> String {
+    let sse: &'static str = Box::leak(canned_sse().into_boxed_str());
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        runtime.block_on(async move {
+            let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+            tx.send(listener.local_addr().unwrap()).unwrap();
+            let app = Router::new().route(
+                "/v1/chat/completions",
+                post(move |body: Bytes| async move {
+                    // Read the request like a server would, then answer at once.
+                    black_box(body.len());
+                    Response::builder()
+                        .status(StatusCode::OK)
+                        .header("content-type", "text/event-stream")
+                        .body(Body::from(sse))
+                        .unwrap()
+                }),
+            );
+            axum::serve(listener, app).await.unwrap();
+        });
+    });
+    let addr = rx.recv_timeout(Duration::from_secs(10)).unwrap();
+    format!("http://{addr}/v1")
+}
+
+// --- The in-process instant provider -----------------------------------------------------------
+
+/// Answers every round at once with the same reply, without any I/O.
+#[derive(Debug)]
+struct InstantProvider;
+
+impl ModelProvider for InstantProvider {
+    fn stream<'a>(
+        &'a self,
+        _request: &'a ChatRequest,
+        observer: &'a dyn ReplyObserver,
+    ) -> ModelFuture<'a> {
+        Box::pin(async move {
+            observer.text(REPLY);
+            Ok(Reply {
+                text: REPLY.to_owned(),
+                finish_reason: Some(FinishReason::Stop),
+                usage: Some(Usage {
+                    prompt_tokens: 20,
+                    completion_tokens: 3,
+                    reasoning_tokens: None,
+                }),
+                ..Reply::default()
+            })
+        })
+    }
+}
+
+// --- The Host loop ----------------------------------------------------------------------------
+
+/// A Host with one current model, performing rounds on a current-thread runtime as the CLI
+/// Host does.
+struct Host {
+    runtime: tokio::runtime::Runtime,
+    provider: Arc<dyn ModelProvider>,
+    store: Store,
+}
+
+impl Host {
+    fn new(provider: Arc<dyn ModelProvider>) -> Host {
+        Host {
+            runtime: tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap(),
+            provider,
+            store: Store::memory(),
+        }
+    }
+
+    fn drive(&mut self, prompt: &Arc<Prompt>) -> Outcome {
+        let mut ctx = RunContext::new(1, 1_767_225_600_000);
+        ctx.host.model = Some(ModelInfo {
+            id: MODEL.to_owned(),
+            context: 128_000,
+            thinking: ThinkingCapability::Never,
+            description: "the bench model".to_owned(),
+        });
+        let mut run = Run::new(prompt.clone(), ctx);
+        loop {
+            match run.step() {
+                Step::Done(outcome) => return outcome,
+                Step::Effects(effects) => {
+                    assert!(
+                        !effects.is_empty(),
+                        "the run is blocked with nothing issued"
+                    );
+                    for (id, effect) in effects {
+                        let answer = match effect {
+                            Effect::ModelRound(round) => self.round(&round),
+                            Effect::Store(op) => match self.store.perform(&op) {
+                                Ok(answer) => store_answer(answer),
+                                Err(err) => store_error_answer(&err),
+                            },
+                        };
+                        run.resume(id, answer);
+                    }
+                }
+            }
+        }
+    }
+
+    fn round(&self, round: &ModelRound) -> Answer {
+        let request = chat_request(round);
+        let reply = self
+            .runtime
+            .block_on(self.provider.complete(&request))
+            .unwrap();
+        Answer::Value(reply_json(&reply))
+    }
+
+    /// The same rounds without the engine: the requests a Host would send, built directly.
+    fn direct(&self, requests: &[ChatRequest]) {
+        for request in requests {
+            let reply = self
+                .runtime
+                .block_on(self.provider.complete(request))
+                .unwrap();
+            black_box(reply);
+        }
+    }
+}
+
+/// The engine's round as the provider's request (what the CLI Host does).
+fn chat_request(round: &ModelRound) -> ChatRequest {
+    let messages = round
+        .messages
+        .iter()
+        .map(|m| serde_json::from_value::<Message>(m.clone()).unwrap())
+        .collect();
+    let mut request = ChatRequest::new(MODEL, messages);
+    request.temperature = round.model.temperature;
+    request.max_tokens = round.model.max_tokens.and_then(|n| u32::try_from(n).ok());
+    request.thinking = ThinkingSwitch::from(round.model.thinking);
+    request
+}
+
+/// A reply as the JSON the shim reads.
+fn reply_json(reply: &Reply) -> Json {
+    json!({
+        "text": reply.text,
+        "tool_calls": [],
+        "finish_reason": reply.finish_reason.as_ref().map(FinishReason::as_str),
+        "usage": reply.usage.map(|u| json!({
+            "prompt_tokens": u.prompt_tokens,
+            "completion_tokens": u.completion_tokens,
+            "reasoning_tokens": u.reasoning_tokens,
+        })),
+    })
+}
+
+/// The requests the prompts send, built without the engine.
+fn infer_requests() -> Vec<ChatRequest> {
+    vec![ChatRequest::new(
+        MODEL,
+        vec![Message::user("Say hello in two words.")],
+    )]
+}
+
+fn loop_requests(rounds: usize) -> Vec<ChatRequest> {
+    let mut messages = vec![Message::system("Be brief.")];
+    let mut requests = Vec::with_capacity(rounds);
+    for i in 1..=rounds {
+        messages.push(Message::user(format!("Question {i}: say something short.")));
+        requests.push(ChatRequest::new(MODEL, messages.clone()));
+        messages.push(Message::assistant(REPLY));
+    }
+    requests
+}
+
+fn bench_engine_models(c: &mut Criterion) {
+    let infer = prompt(INFER);
+    let ten_loops = prompt(&loop_section(LOOP_ROUNDS));
+    let long_loops = prompt(&loop_section(LONG_LOOP_ROUNDS));
+    let no_round = prompt(NO_ROUND);
+    let openai = OpenAiProvider::new(
+        &start_server(),
+        None,
+        OpenAiOptions::default(),
+        ModelLimits::default(),
+    )
+    .unwrap();
+    let mut http = Host::new(Arc::new(openai));
+    let mut local = Host::new(Arc::new(InstantProvider));
+
+    // The prompts do what the direct baselines do.
+    for host in [&mut http, &mut local] {
+        assert_eq!(host.drive(&infer), Outcome::Completed(REPLY.to_owned()));
+        assert_eq!(
+            host.drive(&ten_loops),
+            Outcome::Completed(format!("{REPLY} {}", 1 + 2 * LOOP_ROUNDS))
+        );
+    }
+    assert_eq!(
+        local.drive(&long_loops),
+        Outcome::Completed(format!("{REPLY} {}", 1 + 2 * LONG_LOOP_ROUNDS))
+    );
+    let infer_direct = infer_requests();
+    let loop_direct = loop_requests(LOOP_ROUNDS);
+    let long_loop_direct = loop_requests(LONG_LOOP_ROUNDS);
+
+    let mut group = c.benchmark_group("engine models");
+    group.warm_up_time(Duration::from_secs(1));
+    group.measurement_time(Duration::from_secs(3));
+
+    group.bench_function("no round/engine (run setup)", |b| {
+        b.iter(|| black_box(local.drive(&no_round)));
+    });
+
+    group.bench_function("openai http/infer 1 round/engine", |b| {
+        b.iter(|| black_box(http.drive(&infer)));
+    });
+    group.bench_function("openai http/infer 1 round/direct", |b| {
+        b.iter(|| http.direct(&infer_direct));
+    });
+    group.bench_function("openai http/loop 10 rounds/engine", |b| {
+        b.iter(|| black_box(http.drive(&ten_loops)));
+    });
+    group.bench_function("openai http/loop 10 rounds/direct", |b| {
+        b.iter(|| http.direct(&loop_direct));
+    });
+
+    group.bench_function("in-process/infer 1 round/engine", |b| {
+        b.iter(|| black_box(local.drive(&infer)));
+    });
+    group.bench_function("in-process/infer 1 round/direct", |b| {
+        b.iter(|| local.direct(&infer_direct));
+    });
+    group.bench_function("in-process/loop 10 rounds/engine", |b| {
+        b.iter(|| black_box(local.drive(&ten_loops)));
+    });
+    group.bench_function("in-process/loop 10 rounds/direct", |b| {
+        b.iter(|| local.direct(&loop_direct));
+    });
+    group.bench_function("in-process/loop 40 rounds/engine", |b| {
+        b.iter(|| black_box(local.drive(&long_loops)));
+    });
+    group.bench_function("in-process/loop 40 rounds/direct", |b| {
+        b.iter(|| local.direct(&long_loop_direct));
+    });
+    group.finish();
+}
+
+criterion_group!(benches, bench_engine_models);
+criterion_main!(benches);
