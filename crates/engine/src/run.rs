@@ -17,6 +17,7 @@ use promptforge_lua::vm::{
     Answer, ArgvMode, BlockStep, DEFAULT_LOG_EVENTS, FailureKind, LuaFailure, Request, SectionVm,
     VisibleSection, VmConfig,
 };
+use promptforge_syntax::heading_ref::parse_heading_ref;
 use promptforge_syntax::{Block, Prompt, SectionId};
 use serde_json::{Map, Value as Json};
 
@@ -131,7 +132,7 @@ pub enum Step {
 enum Place {
     /// The H1 pass.
     H1,
-    /// A section on the main walk.
+    /// A section (on the main walk or in a called chain).
     Section(SectionId),
 }
 
@@ -144,6 +145,15 @@ enum Stage {
     Blocks,
 }
 
+/// What a suspended entry waits for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Wait {
+    /// Harness work.
+    Effect(EffectId),
+    /// A chain its `call` started (the chain above it on the stack).
+    Chain,
+}
+
 /// A section entry in progress: its VM, its stage, and the next block to run.
 #[derive(Debug)]
 struct Entry {
@@ -154,39 +164,57 @@ struct Entry {
     next_block: usize,
     /// A coroutine (shared load or block) is in progress.
     running: bool,
-    /// The effect the coroutine waits on, if it is suspended.
-    waiting: Option<EffectId>,
+    /// What the coroutine waits on, if it is suspended.
+    waiting: Option<Wait>,
     /// The answer to deliver at the next resume.
     answer: Option<Answer>,
 }
 
-/// Where the main walk is.
-#[derive(Debug)]
-enum Phase {
-    /// Nothing has run yet.
-    Start,
-    /// Inside the H1 pass or a section entry.
-    InEntry(Box<Entry>),
-    /// Between entries: the next top-level section to enter.
-    Walk(usize),
-    /// Finished.
-    Done,
+/// One level of a walk: a list of sibling sections and the next one to enter.
+#[derive(Debug, Clone)]
+struct Level {
+    siblings: Vec<SectionId>,
+    next: usize,
 }
+
+/// A chain: the main walk, or a walk that a `call` started. Calls nest, so the running chains
+/// form a stack; the chain on top runs while the ones below wait on their calls.
+#[derive(Debug)]
+struct Chain {
+    /// The chain id (`0` for the main walk; a called chain is `{parent}.{n}`).
+    id: String,
+    /// Entries started so far (`sys.id` is `{id}.{n}`).
+    entries: u64,
+    /// Child chains started so far.
+    children: u64,
+    /// The walk's levels (a jump to a child pushes one; a level that runs out pops).
+    levels: Vec<Level>,
+    /// The chain's `var`.
+    var: Json,
+    /// The chain's input: `args` and its (frozen, after the H1 pass) `argv`.
+    args: String,
+    argv: Json,
+    /// Call depth (0 for the main walk).
+    depth: u32,
+    /// The section entry in progress.
+    entry: Option<Box<Entry>>,
+}
+
+/// The deepest a `call` may nest, counting the first call.
+pub const CALL_DEPTH_CAP: u32 = 8;
 
 /// One run of a prompt.
 #[derive(Debug)]
 pub struct Run {
     prompt: Arc<Prompt>,
     ctx: RunContext,
-    phase: Phase,
+    started: bool,
+    /// The chain stack; the main walk is at the bottom.
+    chains: Vec<Chain>,
     events: Vec<Event>,
     outcome: Option<Outcome>,
-    /// The main walk's `var`.
-    var: Json,
-    /// The chain's input: derived from `args`, then frozen after the H1 pass.
+    /// The run's input as the H1 pass starts (derived from `args`).
     argv: Json,
-    /// The main chain's entry counter (`sys.id` is `0.{n}`).
-    entries: u64,
     when: String,
     labels: Arc<[String]>,
     /// The next effect id.
@@ -199,7 +227,8 @@ pub struct Run {
     models: Rc<RefCell<ModelsState>>,
     /// The happens-before checker over store claims.
     claims: Claims,
-    /// The main walk's chain in the checker (the H1 pass and the walk share it).
+    /// The main walk's chain in the checker (the H1 pass, the walk and called chains share
+    /// one identity).
     main_chain: ChainRef,
     /// The run's nonce for `untrusted` envelopes.
     nonce: String,
@@ -219,12 +248,11 @@ impl Run {
         Run {
             prompt,
             ctx,
-            phase: Phase::Start,
+            started: false,
+            chains: Vec::new(),
             events: Vec::new(),
             outcome: None,
-            var: Json::Object(Map::new()),
             argv,
-            entries: 0,
             when,
             labels,
             next_effect: 0,
@@ -263,23 +291,30 @@ impl Run {
                 self.end(Outcome::Cancelled);
                 continue;
             }
-            let phase = std::mem::replace(&mut self.phase, Phase::Done);
-            let blocked = matches!(&phase, Phase::InEntry(entry)
-                if entry.waiting.is_some_and(|id| !self.answers.contains_key(&id)));
-            if blocked {
-                self.phase = phase;
-                return Step::Effects(std::mem::take(&mut self.issued));
+            if !self.started {
+                self.started = true;
+                self.start();
+                continue;
             }
-            self.phase = match phase {
-                Phase::Start => self.start(),
-                Phase::Walk(index) => self.enter_section(index),
-                Phase::InEntry(entry) => self.advance_entry(entry),
-                Phase::Done => {
-                    // The walk ran past its end: the done fallback.
-                    self.end(Outcome::Completed("done".to_owned()));
-                    Phase::Done
-                }
+            let Some(chain) = self.chains.last_mut() else {
+                self.end(Outcome::Failed(RunError::new(
+                    RunErrorKind::Internal,
+                    "no chain is running",
+                )));
+                continue;
             };
+            match chain.entry.take() {
+                Some(entry) => {
+                    if let Some(Wait::Effect(id)) = entry.waiting
+                        && !self.answers.contains_key(&id)
+                    {
+                        chain.entry = Some(entry);
+                        return Step::Effects(std::mem::take(&mut self.issued));
+                    }
+                    self.advance_entry(entry);
+                }
+                None => self.enter_next(),
+            }
         }
     }
 
@@ -292,59 +327,104 @@ impl Run {
         }
     }
 
-    fn fail(&mut self, kind: RunErrorKind, message: impl Into<String>) -> Phase {
+    fn fail(&mut self, kind: RunErrorKind, message: impl Into<String>) {
         self.end(Outcome::Failed(RunError::new(kind, message)));
-        Phase::Done
     }
 
-    /// The first step: parse checks and the version gate, then prepare.
-    fn start(&mut self) -> Phase {
+    /// The first step: parse checks and the version gate, then prepare, then the main walk
+    /// (with the H1 pass first when the H1 body holds anything that runs).
+    fn start(&mut self) {
         if let Err(err) = first_step(Ok(&self.prompt)) {
             self.end(Outcome::Failed(err));
-            return Phase::Done;
+            return;
         }
         if let Some(notice) = requirements_notice(&self.prompt.frontmatter, &self.ctx.host) {
-            return self.fail(RunErrorKind::RequirementsUnmet, notice);
+            self.fail(RunErrorKind::RequirementsUnmet, notice);
+            return;
         }
-        // The H1 pass always takes entry 0.0.
-        self.entries = 1;
-        let has_pass = !self.prompt.h1_blocks.is_empty();
-        if !has_pass {
-            return Phase::Walk(0);
+        self.chains.push(Chain {
+            id: "0".into(),
+            // The H1 pass always takes entry 0.0.
+            entries: 1,
+            children: 0,
+            levels: vec![Level {
+                siblings: self.prompt.top_level.clone(),
+                next: 0,
+            }],
+            var: Json::Object(Map::new()),
+            args: self.ctx.args.clone().unwrap_or_default(),
+            argv: self.argv.clone(),
+            depth: 0,
+            entry: None,
+        });
+        if !self.prompt.h1_blocks.is_empty() {
+            let title = self.prompt.title.clone();
+            self.new_entry(Place::H1, title, "0.0");
         }
-        let title = self.prompt.title.clone();
-        self.new_entry(Place::H1, title, "0.0")
     }
 
-    fn visible_from(&self, place: Place) -> Vec<VisibleSection> {
+    fn section_ids_visible_from(&self, place: Place) -> Vec<SectionId> {
         let prompt = &self.prompt;
-        let to_visible = |id: &SectionId| {
-            prompt.section(*id).map(|s| VisibleSection {
-                level: usize::from(s.level),
-                name: s.name.clone(),
-                items: s.items.clone(),
-            })
-        };
         match place {
-            Place::H1 => prompt.top_level.iter().filter_map(to_visible).collect(),
+            Place::H1 => prompt.top_level.clone(),
             Place::Section(id) => {
                 let Some(section) = prompt.section(id) else {
                     return Vec::new();
                 };
-                let siblings: &[SectionId] = match section.parent {
-                    Some(parent) => prompt
-                        .section(parent)
-                        .map_or(&[][..], |p| p.children.as_slice()),
-                    None => &prompt.top_level,
-                };
-                siblings
+                self.siblings_of(id)
                     .iter()
                     .filter(|s| **s != id)
                     .chain(section.children.iter())
-                    .filter_map(to_visible)
+                    .copied()
                     .collect()
             }
         }
+    }
+
+    /// The sibling list a section belongs to (itself included).
+    fn siblings_of(&self, id: SectionId) -> &[SectionId] {
+        let prompt = &self.prompt;
+        match prompt.section(id).and_then(|s| s.parent) {
+            Some(parent) => prompt
+                .section(parent)
+                .map_or(&[][..], |p| p.children.as_slice()),
+            None => &prompt.top_level,
+        }
+    }
+
+    fn visible_from(&self, place: Place) -> Vec<VisibleSection> {
+        self.section_ids_visible_from(place)
+            .iter()
+            .filter_map(|id| {
+                self.prompt.section(*id).map(|s| VisibleSection {
+                    level: usize::from(s.level),
+                    name: s.name.clone(),
+                    items: s.items.clone(),
+                })
+            })
+            .collect()
+    }
+
+    /// Resolve a heading reference against the sections visible from `place`.
+    fn resolve(&self, place: Place, target: &str) -> Result<SectionId, String> {
+        let reference = parse_heading_ref(target).map_err(|e| e.to_string())?;
+        let visible = self.section_ids_visible_from(place);
+        visible
+            .iter()
+            .copied()
+            .find(|id| {
+                self.prompt.section(*id).is_some_and(|s| {
+                    usize::from(s.level) == reference.level && s.name == reference.name
+                })
+            })
+            .ok_or_else(|| {
+                let list = visible
+                    .iter()
+                    .filter_map(|id| self.prompt.section(*id).map(|s| s.heading_ref()))
+                    .collect::<Vec<_>>()
+                    .join(", ");
+                format!("section heading `{reference}` not found; available sections: {list}")
+            })
     }
 
     fn sys_fields(&self, name: &str, id: &str) -> Json {
@@ -361,17 +441,21 @@ impl Run {
         Json::Object(sys)
     }
 
-    /// Build a section VM (the shared library replay then runs as the entry's first stage).
-    fn new_entry(&mut self, place: Place, name: String, id: &str) -> Phase {
+    /// Build a section VM for the top chain (the shared library replay then runs as the
+    /// entry's first stage) and make it the chain's entry.
+    fn new_entry(&mut self, place: Place, name: String, id: &str) {
+        let Some(chain) = self.chains.last() else {
+            return;
+        };
         let argv = match place {
-            Place::H1 => ArgvMode::Writable(self.argv.clone()),
-            Place::Section(_) => ArgvMode::Frozen(self.argv.clone()),
+            Place::H1 => ArgvMode::Writable(chain.argv.clone()),
+            Place::Section(_) => ArgvMode::Frozen(chain.argv.clone()),
         };
         let cfg = VmConfig {
             section_name: name.clone(),
-            args: self.ctx.args.clone().unwrap_or_default(),
+            args: chain.args.clone(),
             argv,
-            var: self.var.clone(),
+            var: chain.var.clone(),
             sys: self.sys_fields(&name, id),
             snapshot: self.ctx.snapshot.clone(),
             visible: self.visible_from(place),
@@ -392,7 +476,7 @@ impl Run {
                 self.events.push(Event::SharedLoadStarted {
                     section: name.clone(),
                 });
-                Phase::InEntry(Box::new(Entry {
+                let entry = Box::new(Entry {
                     place,
                     name,
                     vm,
@@ -401,11 +485,14 @@ impl Run {
                     running: false,
                     waiting: None,
                     answer: None,
-                }))
+                });
+                if let Some(chain) = self.chains.last_mut() {
+                    chain.entry = Some(entry);
+                }
             }
             Err(failure) => {
                 self.teardown(&name);
-                self.fail_from_lua(place, failure, true)
+                self.chain_failed(place, failure, true);
             }
         }
     }
@@ -428,22 +515,38 @@ impl Run {
         });
     }
 
-    /// Enter the top-level section at `index`, or end the walk past the last one.
-    fn enter_section(&mut self, index: usize) -> Phase {
-        let Some(&id) = self.prompt.top_level.get(index) else {
-            self.end(Outcome::Completed("done".to_owned()));
-            return Phase::Done;
+    /// Enter the top chain's next section, or end the chain when its walk runs out.
+    fn enter_next(&mut self) {
+        let Some(chain) = self.chains.last_mut() else {
+            return;
         };
+        let id = loop {
+            let Some(level) = chain.levels.last_mut() else {
+                // The walk ran past its end: no result.
+                self.finish_chain(None);
+                return;
+            };
+            match level.siblings.get(level.next) {
+                Some(&id) => {
+                    level.next += 1;
+                    break id;
+                }
+                None => {
+                    chain.levels.pop();
+                }
+            }
+        };
+        let entry_id = format!("{}.{}", chain.id, chain.entries);
+        chain.entries += 1;
         let Some(name) = self.prompt.section(id).map(|s| s.name.clone()) else {
-            return self.fail(RunErrorKind::Internal, "section index out of range");
+            self.fail(RunErrorKind::Internal, "section index out of range");
+            return;
         };
-        let entry_id = format!("0.{}", self.entries);
-        self.entries += 1;
         self.events.push(Event::SectionStarted {
             section: name.clone(),
             id: entry_id.clone(),
         });
-        self.new_entry(Place::Section(id), name, &entry_id)
+        self.new_entry(Place::Section(id), name, &entry_id);
     }
 
     fn blocks_of(&self, place: Place) -> &[Block] {
@@ -456,10 +559,17 @@ impl Run {
         }
     }
 
+    /// Put an entry back as the top chain's entry.
+    fn park(&mut self, entry: Box<Entry>) {
+        if let Some(chain) = self.chains.last_mut() {
+            chain.entry = Some(entry);
+        }
+    }
+
     /// Run the entry (its shared library replay, then its blocks) until a coroutine suspends,
     /// the entry ends, or the run ends.
-    fn advance_entry(&mut self, mut entry: Box<Entry>) -> Phase {
-        if let Some(id) = entry.waiting.take() {
+    fn advance_entry(&mut self, mut entry: Box<Entry>) {
+        if let Some(Wait::Effect(id)) = entry.waiting.take() {
             entry.answer = self.answers.remove(&id);
         }
         loop {
@@ -496,7 +606,7 @@ impl Run {
                             index += 1;
                         }
                         let Some(Block::Lua(region)) = blocks.get(index) else {
-                            return self.finish_entry(entry, None);
+                            return self.finish_entry(entry, None, None);
                         };
                         let prose = match index.checked_sub(1).and_then(|i| blocks.get(i)) {
                             Some(Block::Prose(p)) => p.text.as_str(),
@@ -518,30 +628,46 @@ impl Run {
             let step = entry.vm.resume(answer);
             let name = entry.name.clone();
             self.flush_logs(&mut entry.vm, &name);
+            // A recorded jump wins over however the block ended (pcall cannot cancel it).
+            if entry.stage == Stage::Blocks
+                && !matches!(step, BlockStep::Suspended(_))
+                && let Some(target) = entry.vm.take_jump()
+            {
+                entry.running = false;
+                self.block_succeeded(&entry);
+                return self.finish_entry(entry, None, Some(target));
+            }
             match step {
-                BlockStep::Suspended(request) => match self.dispatch(&request) {
+                BlockStep::Suspended(request) => match self.dispatch(&entry, &request) {
                     Ok(Dispatch::Effect(effect)) => {
                         let id = self.next_effect;
                         self.next_effect += 1;
                         self.issued.push((id, effect));
-                        entry.waiting = Some(id);
-                        return Phase::InEntry(entry);
+                        entry.waiting = Some(Wait::Effect(id));
+                        return self.park(entry);
                     }
                     Ok(Dispatch::Answer(answer)) => {
                         entry.answer = Some(answer);
+                    }
+                    Ok(Dispatch::Call(chain)) => {
+                        entry.waiting = Some(Wait::Chain);
+                        self.park(entry);
+                        self.chains.push(*chain);
+                        return;
                     }
                     Ok(Dispatch::Fail(error)) => {
                         let name = entry.name.clone();
                         drop(entry);
                         self.teardown(&name);
                         self.end(Outcome::Failed(error));
-                        return Phase::Done;
+                        return;
                     }
                     Err(message) => {
                         let failure = LuaFailure {
                             kind: FailureKind::Internal,
                             message,
                             traceback: None,
+                            error: None,
                         };
                         return match entry.stage {
                             Stage::Shared => self.shared_failed(entry, failure),
@@ -567,18 +693,9 @@ impl Run {
                         entry.stage = Stage::Blocks;
                         continue;
                     }
-                    let label = self
-                        .blocks_of(entry.place)
-                        .get(entry.next_block.saturating_sub(1))
-                        .and_then(Block::as_lua)
-                        .map(|r| r.label.clone())
-                        .unwrap_or_default();
-                    self.events.push(Event::BlockSucceeded {
-                        section: entry.name.clone(),
-                        label,
-                    });
+                    self.block_succeeded(&entry);
                     if let Some(result) = result {
-                        return self.finish_entry(entry, Some(result));
+                        return self.finish_entry(entry, Some(result), None);
                     }
                     // A block's end reads var back: a reassigned var fails here.
                     if let Err(failure) = entry.vm.read_back_var() {
@@ -589,19 +706,32 @@ impl Run {
         }
     }
 
+    fn block_succeeded(&mut self, entry: &Entry) {
+        let label = self
+            .blocks_of(entry.place)
+            .get(entry.next_block.saturating_sub(1))
+            .and_then(Block::as_lua)
+            .map(|r| r.label.clone())
+            .unwrap_or_default();
+        self.events.push(Event::BlockSucceeded {
+            section: entry.name.clone(),
+            label,
+        });
+    }
+
     /// The shared library failed to load: `Lua` wherever it happens (H1 pass included).
-    fn shared_failed(&mut self, entry: Box<Entry>, failure: LuaFailure) -> Phase {
+    fn shared_failed(&mut self, entry: Box<Entry>, failure: LuaFailure) {
         self.events.push(Event::SharedLoadFailed {
             section: entry.name.clone(),
         });
         let (place, name) = (entry.place, entry.name.clone());
         drop(entry);
         self.teardown(&name);
-        self.fail_from_lua(place, failure, true)
+        self.chain_failed(place, failure, true);
     }
 
-    /// The entry ran out of blocks or returned: read back, tear down, and move on.
-    fn finish_entry(&mut self, entry: Box<Entry>, result: Option<String>) -> Phase {
+    /// The entry ran out of blocks, returned, or jumped: read back, tear down, and move on.
+    fn finish_entry(&mut self, entry: Box<Entry>, result: Option<String>, jump: Option<String>) {
         let var = entry.vm.read_back_var();
         let argv = match entry.place {
             Place::H1 if result.is_none() => Some(entry.vm.read_back_argv()),
@@ -613,60 +743,144 @@ impl Run {
         self.teardown(&name);
         let var = match var {
             Ok(var) => var,
-            Err(failure) => return self.fail_from_lua(place, failure, true),
+            Err(failure) => return self.chain_failed(place, failure, true),
         };
-        self.var = var;
-        if let Some(argv) = argv {
-            match argv {
-                Ok(argv) => self.argv = argv,
-                Err(failure) => return self.fail_from_lua(place, failure, true),
+        let argv = match argv.transpose() {
+            Ok(argv) => argv,
+            Err(failure) => return self.chain_failed(place, failure, true),
+        };
+        if let Some(chain) = self.chains.last_mut() {
+            chain.var = var;
+            if let Some(argv) = argv {
+                chain.argv = argv;
             }
         }
         if let Place::Section(_) = place {
             self.events.push(Event::SectionFinished { section: name });
         }
         if let Some(result) = result {
-            self.end(Outcome::Completed(result));
-            return Phase::Done;
+            return self.finish_chain(Some(result));
         }
-        match place {
-            Place::H1 => Phase::Walk(0),
-            Place::Section(id) => {
-                let index = self
-                    .prompt
-                    .top_level
-                    .iter()
-                    .position(|s| *s == id)
-                    .map_or(usize::MAX, |i| i + 1);
-                Phase::Walk(index)
-            }
+        if let Some(target) = jump {
+            self.apply_jump(place, &target);
         }
     }
 
-    fn entry_failed(&mut self, entry: Box<Entry>, failure: LuaFailure) -> Phase {
+    /// Move the top chain's walk to a jump's target: a sibling (or, from the H1 pass, any
+    /// top-level section) continues the walk there; a direct child starts a child walk whose
+    /// end resumes the parent level after the jumper. A bad target fails with `Lua`.
+    fn apply_jump(&mut self, place: Place, target: &str) {
+        let id = match self.resolve(place, target) {
+            Ok(id) => id,
+            Err(message) => {
+                let failure = LuaFailure {
+                    kind: FailureKind::Run("Lua".into()),
+                    message: message.clone(),
+                    traceback: None,
+                    error: Some(Box::new(ErrorValue {
+                        kind: "lua".into(),
+                        message,
+                        fields: Json::Object(Map::new()),
+                        run_kind: "Lua".into(),
+                    })),
+                };
+                return self.chain_failed(place, failure, true);
+            }
+        };
+        let is_child = match place {
+            Place::Section(from) => self
+                .prompt
+                .section(from)
+                .is_some_and(|s| s.children.contains(&id)),
+            Place::H1 => false,
+        };
+        let siblings = self.siblings_of(id).to_vec();
+        let index = siblings.iter().position(|s| *s == id).unwrap_or(0);
+        let Some(chain) = self.chains.last_mut() else {
+            return;
+        };
+        if is_child {
+            chain.levels.push(Level {
+                siblings,
+                next: index,
+            });
+        } else if let Some(level) = chain.levels.last_mut() {
+            level.next = index;
+        }
+    }
+
+    /// The top chain ended: with a result, or by running off its walk.
+    fn finish_chain(&mut self, result: Option<String>) {
+        if self.chains.len() <= 1 {
+            // The main walk: its result is the run's, or the done fallback.
+            self.end(Outcome::Completed(
+                result.unwrap_or_else(|| "done".to_owned()),
+            ));
+            return;
+        }
+        self.chains.pop();
+        // A called chain's result is what `call` returns ('' when it ran off its walk).
+        if let Some(caller) = self.chains.last_mut().and_then(|c| c.entry.as_mut()) {
+            caller.waiting = None;
+            caller.answer = Some(Answer::Value(Json::String(result.unwrap_or_default())));
+        }
+    }
+
+    /// A failure ended the top chain: the main walk's failure ends the run; a called chain's
+    /// failure is raised at its caller's `call`, as the chain's own error value.
+    fn chain_failed(&mut self, place: Place, failure: LuaFailure, around: bool) {
+        if self.chains.len() <= 1 || failure.kind == FailureKind::Cancelled {
+            return self.fail_from_lua(place, failure, around);
+        }
+        self.chains.pop();
+        let mut error = failure.error.clone().map_or_else(
+            || ErrorValue {
+                kind: "lua".into(),
+                message: failure.message.clone(),
+                fields: Json::Object(Map::new()),
+                run_kind: String::new(),
+            },
+            |e| *e,
+        );
+        match failure.kind {
+            FailureKind::Quota => error.run_kind = "Quota".into(),
+            FailureKind::Internal => {
+                error.kind = "internal".into();
+                error.run_kind = "Internal".into();
+            }
+            _ => {}
+        }
+        if let Some(caller) = self.chains.last_mut().and_then(|c| c.entry.as_mut()) {
+            caller.waiting = None;
+            caller.answer = Some(Answer::Error(error));
+        }
+    }
+
+    fn entry_failed(&mut self, entry: Box<Entry>, failure: LuaFailure) {
         self.events.push(Event::BlockFailed {
             section: entry.name.clone(),
         });
         let (place, name) = (entry.place, entry.name.clone());
         drop(entry);
         self.teardown(&name);
-        self.fail_from_lua(place, failure, false)
+        self.chain_failed(place, failure, false);
     }
 
-    fn entry_failed_after_block(&mut self, entry: Box<Entry>, failure: LuaFailure) -> Phase {
+    fn entry_failed_after_block(&mut self, entry: Box<Entry>, failure: LuaFailure) {
         let (place, name) = (entry.place, entry.name.clone());
         drop(entry);
         self.teardown(&name);
-        self.fail_from_lua(place, failure, true)
+        self.chain_failed(place, failure, true);
     }
 
-    /// Classify a Lua failure. `around` marks failures around the blocks (shared library
-    /// load, read-backs), which stay `Lua` even in the H1 pass.
     /// Turn a suspended call's request into Harness work, an immediate answer (a store call
-    /// whose arguments fail), or the end of the run (a claims conflict, never catchable).
-    fn dispatch(&mut self, request: &Request) -> Result<Dispatch, String> {
-        if request.op != "store" {
-            return parse_request(request).map(Dispatch::Effect);
+    /// whose arguments fail, a `call` that cannot start), a called chain, or the end of the
+    /// run (a claims conflict, never catchable).
+    fn dispatch(&mut self, entry: &Entry, request: &Request) -> Result<Dispatch, String> {
+        match request.op.as_str() {
+            "store" => {}
+            "call" => return Ok(self.start_call(entry, &request.payload)),
+            _ => return parse_request(request).map(Dispatch::Effect),
         }
         let op = match store_op(&request.payload) {
             Ok(op) => op,
@@ -682,11 +896,65 @@ impl Run {
         Ok(Dispatch::Effect(Effect::Store(op)))
     }
 
-    fn fail_from_lua(&mut self, place: Place, failure: LuaFailure, around: bool) -> Phase {
+    /// `call(target, input?)`: start a called chain at the target, or refuse at the call.
+    fn start_call(&mut self, entry: &Entry, payload: &Json) -> Dispatch {
+        let target = payload
+            .get("target")
+            .and_then(Json::as_str)
+            .unwrap_or_default();
+        let input = payload.get("input").and_then(Json::as_str);
+        let Some(parent) = self.chains.last() else {
+            return Dispatch::Answer(lua_error_answer("no chain is running".into()));
+        };
+        let depth = parent.depth + 1;
+        let id = match self.resolve(entry.place, target) {
+            Ok(id) => id,
+            Err(message) => return Dispatch::Answer(lua_error_answer(message)),
+        };
+        if depth > CALL_DEPTH_CAP {
+            return Dispatch::Answer(lua_error_answer(format!(
+                "call recursion exceeded cap of {CALL_DEPTH_CAP}"
+            )));
+        }
+        // The called chain starts from a copy of the caller's var, taken now.
+        let var = match entry.vm.read_back_var() {
+            Ok(var) => var,
+            Err(failure) => return Dispatch::Answer(lua_error_answer(failure.message)),
+        };
+        let (args, argv) = match input {
+            Some(input) => (
+                input.to_owned(),
+                derive_argv(&self.prompt.frontmatter.args, input),
+            ),
+            None => (parent.args.clone(), parent.argv.clone()),
+        };
+        let siblings = self.siblings_of(id).to_vec();
+        let next = siblings.iter().position(|s| *s == id).unwrap_or(0);
+        let Some(parent) = self.chains.last_mut() else {
+            return Dispatch::Answer(lua_error_answer("no chain is running".into()));
+        };
+        let chain_id = format!("{}.{}", parent.id, parent.children);
+        parent.children += 1;
+        Dispatch::Call(Box::new(Chain {
+            id: chain_id,
+            entries: 0,
+            children: 0,
+            levels: vec![Level { siblings, next }],
+            var,
+            args,
+            argv,
+            depth,
+            entry: None,
+        }))
+    }
+
+    /// Classify a Lua failure that ends the run. `around` marks failures around the blocks
+    /// (shared library load, read-backs), which stay `Lua` even in the H1 pass.
+    fn fail_from_lua(&mut self, place: Place, failure: LuaFailure, around: bool) {
         let kind = match &failure.kind {
             FailureKind::Cancelled => {
                 self.end(Outcome::Cancelled);
-                return Phase::Done;
+                return;
             }
             FailureKind::Quota => RunErrorKind::Quota,
             FailureKind::Internal => RunErrorKind::Internal,
@@ -704,7 +972,6 @@ impl Run {
         let mut error = RunError::new(kind, message);
         error.traceback = failure.traceback;
         self.end(Outcome::Failed(error));
-        Phase::Done
     }
 }
 
@@ -715,6 +982,8 @@ enum Dispatch {
     Effect(Effect),
     /// An answer the engine gives at once.
     Answer(Answer),
+    /// A `call` starts this chain; the caller waits on it.
+    Call(Box<Chain>),
     /// The run ends.
     Fail(RunError),
 }

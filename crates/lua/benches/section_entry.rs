@@ -41,7 +41,16 @@ fn bench_entry(c: &mut Criterion) {
     let shared = prompt.shared.clone().unwrap();
     let block = prompt.sections[0].lua_blocks().next().unwrap().clone();
     let mut group = c.benchmark_group("section entry");
-    group.bench_function("bare mlua VM (baseline)", |b| {
+    group.bench_function("bare mlua VM, Lua::new() (baseline)", |b| {
+        b.iter(|| {
+            let lua = Lua::new();
+            lua.load(&shared.bytecode[..]).exec().unwrap();
+            let out: String = lua.load(&block.bytecode[..]).eval().unwrap();
+            drop(lua);
+            out
+        })
+    });
+    group.bench_function("bare mlua VM, sandbox libraries only (baseline)", |b| {
         b.iter(|| {
             let lua = Lua::new_with(
                 StdLib::STRING | StdLib::TABLE | StdLib::MATH,

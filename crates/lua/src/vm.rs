@@ -161,7 +161,7 @@ pub enum FailureKind {
 }
 
 /// A failure that left a block, the shared library load, or a read-back.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct LuaFailure {
     /// What failed.
     pub kind: FailureKind,
@@ -169,6 +169,8 @@ pub struct LuaFailure {
     pub message: String,
     /// The traceback taken where the error was raised, when there is one.
     pub traceback: Option<String>,
+    /// The failure as an error value, for handing it to a caller (`call`) unchanged.
+    pub error: Option<Box<ErrorValue>>,
 }
 
 impl LuaFailure {
@@ -177,6 +179,7 @@ impl LuaFailure {
             kind,
             message: message.into(),
             traceback: None,
+            error: None,
         }
     }
 
@@ -244,6 +247,8 @@ struct Shared {
     last_composed: Vec<Record>,
     /// The run's `untrusted` nonce.
     nonce: String,
+    /// A `jump` target recorded by the running block (it wins over the block's own end).
+    jump: Option<String>,
 }
 
 /// What the VM's coroutine is running.
@@ -337,6 +342,7 @@ impl SectionVm {
             usage: UsageMemory::new(),
             last_composed: Vec::new(),
             nonce: cfg.nonce.clone(),
+            jump: None,
         }));
         let cancel = cfg.cancel.clone();
         // The collector starts stopped: most section VMs live for a few microseconds and
@@ -516,6 +522,12 @@ impl SectionVm {
                             .set_mode(ChunkMode::Binary)
                             .into_function()?
                             .into_lua_multi(lua)
+                    }
+                    "jump" => {
+                        if let Value::String(target) = &a {
+                            s.borrow_mut().jump = Some(target.to_string_lossy());
+                        }
+                        Ok(MultiValue::new())
                     }
                     "untrusted" => {
                         let text = match &a {
@@ -789,6 +801,7 @@ impl SectionVm {
             Err(err) => return LuaFailure::internal(&err),
         };
         let is_value = error_kind.is_some();
+        let raw_message = message.clone().unwrap_or_default();
         let message = match message {
             Some(m) => m,
             None => match &e {
@@ -819,11 +832,38 @@ impl SectionVm {
         } else {
             message
         };
+        let fields = match (&e, is_value) {
+            (Value::Table(_), true) => match json::to_json(&e, "error") {
+                Ok(Json::Object(mut map)) => {
+                    map.remove("kind");
+                    map.remove("message");
+                    Json::Object(map)
+                }
+                _ => Json::Object(serde_json::Map::new()),
+            },
+            _ => Json::Object(serde_json::Map::new()),
+        };
+        let error = ErrorValue {
+            kind: error_kind.clone().unwrap_or_else(|| "lua".to_owned()),
+            message: if is_value {
+                raw_message
+            } else {
+                tagged.clone()
+            },
+            fields,
+            run_kind: run_kind.clone().unwrap_or_default(),
+        };
         LuaFailure {
             kind,
             message: tagged,
             traceback: site.traceback,
+            error: Some(Box::new(error)),
         }
+    }
+
+    /// Take the `jump` target the last block recorded, if any.
+    pub fn take_jump(&mut self) -> Option<String> {
+        self.shared.borrow_mut().jump.take()
     }
 
     /// Install the declared alias globals (step 11, after the shared library load): every

@@ -371,6 +371,25 @@ rawset(G, 'untrusted', function(s)
   return host('untrusted', s)
 end)
 
+-- call and jump (chapter 08). The target's string check runs at the call; `call` suspends
+-- until the called chain ends, and `jump` records its target and unwinds the block (pcall
+-- cannot cancel it: the recorded jump wins when the block ends).
+rawset(G, 'call', function(target, input)
+  if type(target) ~= 'string' then
+    raise('section target must be a string, got ' .. arg_type(target))
+  end
+  if input ~= nil then check_string('input', input) end
+  return suspend('call', { target = target, input = input })
+end)
+rawset(G, 'jump', function(target)
+  if type(target) ~= 'string' then
+    raise('section target must be a string, got ' .. arg_type(target))
+  end
+  if in_shared_load then raise('jump is not available during shared library load') end
+  host('jump', target)
+  raise('jump to ' .. target)
+end)
+
 -- store, models, messages and compactors: the public functions are small stubs; the real
 -- code is a separate chunk loaded on a VM's first use of it, so sections that never touch
 -- a module never pay to load it.
