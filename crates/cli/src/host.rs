@@ -28,10 +28,33 @@ pub struct CurrentModel {
     pub provider: Arc<dyn ModelProvider>,
 }
 
+/// The operator behind `input.ask()`: answers given on the command line, a terminal, or
+/// nobody (no input broker).
+#[derive(Debug)]
+pub enum Operator {
+    /// `--input TEXT` answers, in order.
+    Scripted(std::collections::VecDeque<String>),
+    /// A person at the terminal on stdin.
+    Terminal,
+    /// No input broker.
+    Nobody,
+}
+
+impl Operator {
+    /// Whether the Host has an input broker.
+    pub fn connected(&self) -> bool {
+        !matches!(self, Operator::Nobody)
+    }
+}
+
+/// The fixed answer when nobody is there to ask (chapter 05).
+const NO_OPERATOR: &str = "User input is unavailable in this host; continue without it.";
+
 /// Performs effects for one run.
 #[derive(Debug)]
 pub struct Host {
     model: Option<CurrentModel>,
+    operator: std::cell::RefCell<Operator>,
     store: std::cell::RefCell<Store>,
     cancel: Arc<AtomicBool>,
     runtime: tokio::runtime::Runtime,
@@ -52,6 +75,7 @@ impl Host {
     pub fn new(
         model: Option<CurrentModel>,
         store: Store,
+        operator: Operator,
         cancel: Arc<AtomicBool>,
     ) -> Result<Host, String> {
         let runtime = tokio::runtime::Builder::new_current_thread()
@@ -60,6 +84,7 @@ impl Host {
             .map_err(|e| format!("cannot start the async runtime: {e}"))?;
         Ok(Host {
             model,
+            operator: std::cell::RefCell::new(operator),
             store: std::cell::RefCell::new(store),
             cancel,
             runtime,
@@ -100,6 +125,41 @@ impl Host {
                 Ok(answer) => store_answer(answer),
                 Err(err) => store_error_answer(&err),
             },
+            Effect::Ask => self.ask(),
+        }
+    }
+
+    /// `input.ask()`: the operator's next message.
+    fn ask(&self) -> Answer {
+        let answered = |text: String| Answer::Value(json!({"text": text, "available": true}));
+        let failed = |message: &str| {
+            Answer::Error(ErrorValue {
+                kind: "tool".into(),
+                message: format!("tool call failure: {message}"),
+                fields: Json::Object(Map::new()),
+                run_kind: "Tool".into(),
+            })
+        };
+        match &mut *self.operator.borrow_mut() {
+            Operator::Nobody => Answer::Value(json!({"text": NO_OPERATOR, "available": false})),
+            Operator::Scripted(answers) => match answers.pop_front() {
+                Some(text) => answered(text),
+                None => failed("the operator has no more answers"),
+            },
+            Operator::Terminal => {
+                use std::io::{BufRead, Write};
+                eprint!("> ");
+                let _ = std::io::stderr().flush();
+                let mut line = String::new();
+                match std::io::stdin().lock().read_line(&mut line) {
+                    Ok(0) => failed("the operator closed the input"),
+                    Ok(_) => {
+                        let text = line.strip_suffix('\n').unwrap_or(&line);
+                        answered(text.strip_suffix('\r').unwrap_or(text).to_owned())
+                    }
+                    Err(e) => failed(&format!("cannot read the operator's answer: {e}")),
+                }
+            }
         }
     }
 

@@ -17,9 +17,12 @@ use promptforge_engine::{Outcome, Run, RunContext, RunError, RunErrorKind};
 use promptforge_harness::model::{Catalog, Environment, ScriptedModel};
 use promptforge_harness::store::{Store, collect_output_file, place_input_file};
 
-use crate::host::{CurrentModel, Host};
+use crate::host::{CurrentModel, Host, Operator};
+use promptforge_engine::PluginInfo;
+use promptforge_engine::run::USER_INPUT_PLUGIN;
 use promptforge_syntax::Prompt;
 use serde::Serialize;
+use std::io::IsTerminal;
 
 use crate::source::read_prompt;
 
@@ -238,8 +241,26 @@ fn execute(args: &RunArgs, text: &str, mut ctx: RunContext) -> Result<Outcome, S
     }
     ctx.execution = prompt.frontmatter.name.clone();
     ctx.host.model = model.as_ref().map(|m| m.description.engine_info());
+    // The operator: `--input` answers, else a person at the terminal, else nobody.
+    let operator = if !args.inputs.is_empty() {
+        Operator::Scripted(args.inputs.iter().cloned().collect())
+    } else if std::io::stdin().is_terminal() {
+        Operator::Terminal
+    } else {
+        Operator::Nobody
+    };
+    ctx.host.plugins.push(PluginInfo {
+        id: USER_INPUT_PLUGIN.to_owned(),
+        tools: vec!["ask".to_owned()],
+        conflicts: Vec::new(),
+        activation_failure: (!operator.connected()).then(|| {
+            format!(
+                "{USER_INPUT_PLUGIN} needs promptforge/input-broker, and this host provides none"
+            )
+        }),
+    });
     let output = prompt.frontmatter.output.clone();
-    let host = Host::new(model, store, ctx.cancel.clone())?;
+    let host = Host::new(model, store, operator, ctx.cancel.clone())?;
     let mut run = Run::new(Arc::new(prompt), ctx);
     let outcome = host.drive(&mut run);
     if let (Some(decl), Some(file)) = (&output, &args.output_file) {

@@ -85,6 +85,9 @@ pub enum Effect {
     ModelRound(ModelRound),
     /// One store operation (path already validated, claim already recorded).
     Store(StoreOp),
+    /// `input.ask()`: the operator's next message, through the `promptforge/user-input`
+    /// Plugin's ask tool (the Host answers `{text, available}`).
+    Ask,
 }
 
 /// The model a round runs on, as the section resolved it (a model handle's settings).
@@ -199,6 +202,11 @@ struct Chain {
     /// The section entry in progress.
     entry: Option<Box<Entry>>,
 }
+
+/// The first-party Plugin that lets a prompt ask the operator.
+pub const USER_INPUT_PLUGIN: &str = "promptforge/user-input";
+/// The global its prelude defines.
+const INPUT_GLOBAL: &str = "input";
 
 /// The deepest a `call` may nest, counting the first call.
 pub const CALL_DEPTH_CAP: u32 = 8;
@@ -342,6 +350,19 @@ impl Run {
             self.fail(RunErrorKind::RequirementsUnmet, notice);
             return;
         }
+        // A Plugin's prelude global may not be bound by the frontmatter as well.
+        if self.input_plugin().is_some() {
+            let fm = &self.prompt.frontmatter;
+            if fm.tool(INPUT_GLOBAL).is_some() || fm.role(INPUT_GLOBAL).is_some() {
+                self.fail(
+                    RunErrorKind::Lua,
+                    format!(
+                        "Plugin `{USER_INPUT_PLUGIN}`: its prelude defines the global `{INPUT_GLOBAL}`, which the prompt's frontmatter binds as a tool or model alias"
+                    ),
+                );
+                return;
+            }
+        }
         self.chains.push(Chain {
             id: "0".into(),
             // The H1 pass always takes entry 0.0.
@@ -361,6 +382,19 @@ impl Run {
             let title = self.prompt.title.clone();
             self.new_entry(Place::H1, title, "0.0");
         }
+    }
+
+    /// `Some(connected)` when the prompt declares `promptforge/user-input` and the Host
+    /// provides it: its prelude then installs `input` in every section VM.
+    fn input_plugin(&self) -> Option<bool> {
+        self.prompt.frontmatter.plugin(USER_INPUT_PLUGIN)?;
+        let plugin = self
+            .ctx
+            .host
+            .plugins
+            .iter()
+            .find(|p| p.id == USER_INPUT_PLUGIN)?;
+        Some(plugin.activation_failure.is_none())
     }
 
     fn section_ids_visible_from(&self, place: Place) -> Vec<SectionId> {
@@ -470,6 +504,7 @@ impl Run {
                 .max_tool_iterations
                 .unwrap_or(self.ctx.round_cap),
             nonce: self.nonce.clone(),
+            input_plugin: self.input_plugin(),
         };
         match SectionVm::new(cfg) {
             Ok(vm) => {
@@ -1116,6 +1151,7 @@ fn parse_request(request: &Request) -> Result<Effect, String> {
                 tools: Vec::new(),
             }))
         }
+        "input.ask" => Ok(Effect::Ask),
         "model.loop" => {
             let model: ModelTarget =
                 serde_json::from_value(request.payload.get("model").cloned().unwrap_or(Json::Null))

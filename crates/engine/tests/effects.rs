@@ -43,6 +43,7 @@ impl FakeHarness {
                 }
                 other => panic!("unexpected store op {other:?}"),
             },
+            Effect::Ask => Answer::Value(json!({"text": "operator", "available": true})),
             Effect::ModelRound(round) => {
                 let last = round
                     .messages

@@ -203,6 +203,7 @@ impl Host {
                                 Ok(answer) => store_answer(answer),
                                 Err(err) => store_error_answer(&err),
                             },
+                            Effect::Ask => panic!("this prompt asks no one"),
                         };
                         run.resume(id, answer);
                     }

@@ -76,7 +76,9 @@ fn drive(prompt: &Arc<Prompt>, store: &mut Store) -> Outcome {
                             Ok(answer) => store_answer(answer),
                             Err(err) => store_error_answer(&err),
                         },
-                        Effect::ModelRound(_) => panic!("this prompt makes no model round"),
+                        Effect::ModelRound(_) | Effect::Ask => {
+                            panic!("this prompt makes no model round and asks no one")
+                        }
                     };
                     run.resume(id, answer);
                 }

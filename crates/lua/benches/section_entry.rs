@@ -33,6 +33,7 @@ fn config() -> VmConfig {
         models: Default::default(),
         round_cap: 24,
         nonce: "0123456789abcdef0123456789abcdef".into(),
+        input_plugin: None,
     }
 }
 

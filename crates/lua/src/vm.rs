@@ -107,6 +107,9 @@ pub struct VmConfig {
     pub round_cap: u32,
     /// The run's nonce for `untrusted` envelopes.
     pub nonce: String,
+    /// The `promptforge/user-input` Plugin's prelude: `Some(connected)` installs the `input`
+    /// global (step 8), `connected` telling whether the Host has an input broker.
+    pub input_plugin: Option<bool>,
 }
 
 /// A suspending call's request: the operation name and its payload (JSON data), as the shim
@@ -385,6 +388,10 @@ impl SectionVm {
             cfg_table.raw_set("seed", i64::from_ne_bytes(cfg.random_seed.to_ne_bytes()))?;
             cfg_table.raw_set("has_ui", cfg.snapshot.is_some())?;
             cfg_table.raw_set("round_cap", cfg.round_cap)?;
+            if let Some(connected) = cfg.input_plugin {
+                cfg_table.raw_set("input_plugin", true)?;
+                cfg_table.raw_set("input_connected", connected)?;
+            }
             let shim: Function = lua
                 .load(shim_bytecode())
                 .set_name(SHIM_NAME)
@@ -1269,6 +1276,7 @@ mod tests {
             models: Default::default(),
             round_cap: 24,
             nonce: "0123456789abcdef0123456789abcdef".into(),
+            input_plugin: None,
         }
     }
 

@@ -390,6 +390,19 @@ rawset(G, 'jump', function(target)
   raise('jump to ' .. target)
 end)
 
+-- 8. The globals of declared Plugins: promptforge/user-input's prelude defines `input`.
+if cfg.input_plugin then
+  local connected = cfg.input_connected
+  rawset(G, 'input', {
+    ask = function(...)
+      if select('#', ...) > 0 then raise('input.ask takes no arguments') end
+      local answer = suspend('input.ask', {})
+      return answer.text, answer.available
+    end,
+    connected = function() return connected end,
+  })
+end
+
 -- store, models, messages and compactors: the public functions are small stubs; the real
 -- code is a separate chunk loaded on a VM's first use of it, so sections that never touch
 -- a module never pay to load it.
