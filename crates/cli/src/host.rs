@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use promptforge_engine::run::{ModelRound, ModelTarget, store_answer, store_error_answer};
-use promptforge_engine::{Effect, Outcome, Run, Step};
+use promptforge_engine::{Effect, Event, Outcome, Run, Step};
 use promptforge_harness::model::{
     ChatRequest, FinishReason, Message, ModelDescription, ModelError, ModelProvider, Reply,
     ThinkingSwitch, ToolSpec,
@@ -96,12 +96,13 @@ impl Host {
         self.store.borrow()
     }
 
-    /// Drive a run to its end.
-    pub fn drive(&self, run: &mut Run) -> Outcome {
+    /// Drive a run to its end, handing every event to `on_event` as it happens.
+    pub fn drive(&self, run: &mut Run, on_event: &mut dyn FnMut(&Event)) -> Outcome {
         loop {
             let step = run.step();
-            // Events are not shown by this Host yet; drain them so they never pile up.
-            drop(run.take_events());
+            for event in run.take_events() {
+                on_event(&event);
+            }
             match step {
                 Step::Done(outcome) => return outcome,
                 Step::Effects(effects) => {

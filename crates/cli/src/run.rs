@@ -13,7 +13,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use promptforge_engine::store_path::{StoreAnswer, StoreOp};
-use promptforge_engine::{Outcome, Run, RunContext, RunError, RunErrorKind};
+use promptforge_engine::{Event, Outcome, Run, RunContext, RunError, RunErrorKind};
 use promptforge_harness::model::{Catalog, Environment, ScriptedModel};
 use promptforge_harness::store::{Store, collect_output_file, place_input_file};
 
@@ -66,6 +66,10 @@ pub struct RunArgs {
     /// Copy the prompt's declared `output:` file here after the run.
     #[arg(long, value_name = "PATH")]
     output_file: Option<PathBuf>,
+    /// Print every event of the run (lifecycle reports and `log` checkpoints) on stderr, one
+    /// JSON object a line. Without it, `log` checkpoints show on stderr unless `--json`.
+    #[arg(long)]
+    events: bool,
 }
 
 /// The outcome object of the CLI contract.
@@ -187,6 +191,58 @@ fn current_model(args: &RunArgs) -> Result<Option<CurrentModel>, String> {
     }))
 }
 
+/// Show an event on stderr: every event as a JSON line with `--events`; otherwise the
+/// author's `log` checkpoints as `[section] message`, unless stdout carries `--json`.
+fn show_event(event: &Event, all: bool, json: bool) {
+    if all {
+        eprintln!("{}", event_json(event));
+    } else if let (Event::Log { section, message }, false) = (event, json) {
+        eprintln!("[{section}] {message}");
+    }
+}
+
+fn event_json(event: &Event) -> serde_json::Value {
+    use serde_json::json;
+    match event {
+        Event::SectionStarted { section, id } => {
+            json!({"event": "section_started", "section": section, "id": id})
+        }
+        Event::SharedLoadStarted { section } => {
+            json!({"event": "shared_load_started", "section": section})
+        }
+        Event::SharedLoadSucceeded { section } => {
+            json!({"event": "shared_load_succeeded", "section": section})
+        }
+        Event::SharedLoadFailed { section } => {
+            json!({"event": "shared_load_failed", "section": section})
+        }
+        Event::BlockStarted { section, label } => {
+            json!({"event": "block_started", "section": section, "block": label})
+        }
+        Event::BlockSucceeded { section, label } => {
+            json!({"event": "block_succeeded", "section": section, "block": label})
+        }
+        Event::BlockFailed { section } => json!({"event": "block_failed", "section": section}),
+        Event::Log { section, message } => {
+            json!({"event": "log", "section": section, "message": message})
+        }
+        Event::TeardownStarted { section } => {
+            json!({"event": "teardown_started", "section": section})
+        }
+        Event::TeardownSucceeded { section } => {
+            json!({"event": "teardown_succeeded", "section": section})
+        }
+        Event::SectionFinished { section } => {
+            json!({"event": "section_finished", "section": section})
+        }
+        Event::RunEnded { outcome } => json!({"event": "run_ended", "outcome": match outcome {
+            Outcome::Completed(_) => "completed",
+            Outcome::Cancelled => "cancelled",
+            Outcome::Failed(_) => "failed",
+        }}),
+    }
+}
+
 /// The run's store: `--store DIR`, or a fresh directory under the system temp folder.
 fn open_store(args: &RunArgs) -> Result<Store, String> {
     let dir = match &args.store {
@@ -262,7 +318,8 @@ fn execute(args: &RunArgs, text: &str, mut ctx: RunContext) -> Result<Outcome, S
     let output = prompt.frontmatter.output.clone();
     let host = Host::new(model, store, operator, ctx.cancel.clone())?;
     let mut run = Run::new(Arc::new(prompt), ctx);
-    let outcome = host.drive(&mut run);
+    let (events, json) = (args.events, args.json);
+    let outcome = host.drive(&mut run, &mut |event| show_event(event, events, json));
     if let (Some(decl), Some(file)) = (&output, &args.output_file) {
         if let Err(e) = collect_output_file(&host.store(), &decl.path, file) {
             eprintln!(

@@ -17,4 +17,4 @@ pub mod when;
 pub use events::Event;
 pub use outcome::{Outcome, RunError, RunErrorKind, first_step};
 pub use prepare::{HostState, ModelInfo, PluginInfo, ThinkingCapability};
-pub use run::{Effect, EffectId, Run, RunContext, Step, run_to_end};
+pub use run::{Effect, EffectId, Run, RunContext, Step};

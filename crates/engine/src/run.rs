@@ -1213,33 +1213,3 @@ fn fnv1a(bytes: &[u8]) -> u64 {
     }
     hash
 }
-
-/// Drive a run to its end, answering no effects (for runs that issue none) and collecting
-/// every event.
-pub fn run_to_end(run: &mut Run) -> (Outcome, Vec<Event>) {
-    let mut events = Vec::new();
-    loop {
-        let step = run.step();
-        events.extend(run.take_events());
-        match step {
-            Step::Done(outcome) => return (outcome, events),
-            Step::Effects(effects) => {
-                if effects.is_empty() {
-                    // Nothing to answer and nothing issued: the run cannot make progress.
-                    run.cancel();
-                }
-                for (id, effect) in effects {
-                    run.resume(
-                        id,
-                        Answer::Error(promptforge_lua::vm::ErrorValue {
-                            kind: "internal".into(),
-                            message: format!("the Harness cannot perform {effect:?}"),
-                            fields: Json::Object(Map::new()),
-                            run_kind: "Internal".into(),
-                        }),
-                    );
-                }
-            }
-        }
-    }
-}
