@@ -47,6 +47,9 @@ impl Operator {
     }
 }
 
+/// The user-input Plugin's ask tool.
+pub const ASK_TOOL_PATH: &str = "promptforge/user-input/ask";
+
 /// The fixed answer when nobody is there to ask (chapter 05).
 const NO_OPERATOR: &str = "User input is unavailable in this host; continue without it.";
 
@@ -127,7 +130,27 @@ impl Host {
                 Err(err) => store_error_answer(&err),
             },
             Effect::Ask => self.ask(),
+            Effect::Tool { alias, path, .. } => self.tool(&alias, &path),
         }
+    }
+
+    /// A bound tool's call. The Host's only Plugin tool is `promptforge/user-input/ask`: the
+    /// operator's next message, as trusted text.
+    fn tool(&self, alias: &str, path: &str) -> Answer {
+        if path == ASK_TOOL_PATH {
+            return match self.ask() {
+                Answer::Value(value) => {
+                    Answer::Value(value.get("text").cloned().unwrap_or_default())
+                }
+                failure => failure,
+            };
+        }
+        Answer::Error(ErrorValue {
+            kind: "tool".into(),
+            message: format!("tool call failure: this Host has no tool at {path} (alias {alias})"),
+            fields: Json::Object(Map::new()),
+            run_kind: "Tool".into(),
+        })
     }
 
     /// `input.ask()`: the operator's next message.

@@ -18,8 +18,8 @@ use promptforge_harness::model::{Catalog, Environment, ScriptedModel};
 use promptforge_harness::store::{Store, collect_output_file, place_input_file};
 
 use crate::host::{CurrentModel, Host, Operator};
-use promptforge_engine::PluginInfo;
 use promptforge_engine::run::USER_INPUT_PLUGIN;
+use promptforge_engine::{PluginInfo, ToolInfo};
 use promptforge_syntax::Prompt;
 use serde::Serialize;
 use std::io::IsTerminal;
@@ -307,7 +307,10 @@ fn execute(args: &RunArgs, text: &str, mut ctx: RunContext) -> Result<Outcome, S
     };
     ctx.host.plugins.push(PluginInfo {
         id: USER_INPUT_PLUGIN.to_owned(),
-        tools: vec!["ask".to_owned()],
+        tools: vec![ToolInfo::new(
+            "ask",
+            "Ask the operator: returns their next message. Takes no arguments.",
+        )],
         conflicts: Vec::new(),
         activation_failure: (!operator.connected()).then(|| {
             format!(

@@ -16,5 +16,5 @@ pub mod when;
 
 pub use events::Event;
 pub use outcome::{Outcome, RunError, RunErrorKind, first_step};
-pub use prepare::{HostState, ModelInfo, PluginInfo, ThinkingCapability};
+pub use prepare::{HostState, ModelInfo, PluginInfo, ThinkingCapability, ToolInfo};
 pub use run::{Effect, EffectId, Run, RunContext, Step};

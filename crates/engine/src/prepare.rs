@@ -45,12 +45,34 @@ pub struct ModelInfo {
 pub struct PluginInfo {
     /// The Plugin id, such as `promptforge/web`.
     pub id: String,
-    /// The tools it contributes (short names: `fetch` for `promptforge/web/fetch`).
-    pub tools: Vec<String>,
+    /// The tools it contributes.
+    pub tools: Vec<ToolInfo>,
     /// Plugins it declares it conflicts with.
     pub conflicts: Vec<String>,
     /// Why it fails to activate on this Host, if it does (a notice line without the `- `).
     pub activation_failure: Option<String>,
+}
+
+/// A tool a Plugin contributes to the run's catalog.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ToolInfo {
+    /// Its short name: `fetch` for `promptforge/web/fetch`.
+    pub name: String,
+    /// The description the model reads.
+    pub description: String,
+    /// The JSON Schema of its arguments (an object schema), as JSON text.
+    pub parameters: String,
+}
+
+impl ToolInfo {
+    /// A tool with this name and description taking no arguments.
+    pub fn new(name: &str, description: &str) -> Self {
+        ToolInfo {
+            name: name.to_owned(),
+            description: description.to_owned(),
+            parameters: r#"{"type":"object","properties":{}}"#.to_owned(),
+        }
+    }
 }
 
 /// What the Host provides to a run.
@@ -63,6 +85,22 @@ pub struct HostState {
 }
 
 const NOTICE_HEADER: &str = "the environment cannot satisfy this prompt:";
+
+/// The bound tool slots: each slot whose Plugin is active and contributed a tool at its exact
+/// path, in declaration order.
+pub fn bound_slots(fm: &Frontmatter, host: &HostState) -> Vec<(String, String, ToolInfo)> {
+    fm.tools
+        .iter()
+        .filter_map(|slot| {
+            let plugin = host.plugins.iter().find(|p| p.id == slot.plugin_id())?;
+            if plugin.activation_failure.is_some() || fm.plugin(&plugin.id).is_none() {
+                return None;
+            }
+            let tool = plugin.tools.iter().find(|t| t.name == slot.short_name())?;
+            Some((slot.alias.clone(), slot.path.clone(), tool.clone()))
+        })
+        .collect()
+}
 
 /// The requirements notice, or `None` when prepare can start the run. Lines: missing Plugins
 /// first (activation in declaration order, then tool slots in sorted alias order, each Plugin
@@ -221,13 +259,13 @@ mod tests {
             plugins: vec![
                 PluginInfo {
                     id: "acme/bashkit".into(),
-                    tools: vec!["run".into()],
+                    tools: vec![ToolInfo::new("run", "runs")],
                     conflicts: vec![],
                     activation_failure: None,
                 },
                 PluginInfo {
                     id: "acme/terminal".into(),
-                    tools: vec!["exec".into()],
+                    tools: vec![ToolInfo::new("exec", "executes")],
                     conflicts: vec!["acme/bashkit".into()],
                     activation_failure: None,
                 },

@@ -22,13 +22,13 @@ use promptforge_syntax::{Block, Prompt, SectionId};
 use serde_json::{Map, Value as Json};
 
 use promptforge_lua::untrusted::nonce_for_run;
-use promptforge_lua::vm::ErrorValue;
+use promptforge_lua::vm::{BoundTool, ErrorValue};
 
 use crate::args::derive_argv;
 use crate::determinism::{ChainRef, Claims};
 use crate::events::Event;
 use crate::outcome::{Outcome, RunError, RunErrorKind, first_step};
-use crate::prepare::{HostState, ThinkingCapability, requirements_notice};
+use crate::prepare::{HostState, ThinkingCapability, bound_slots, requirements_notice};
 use crate::store_path::{BoundArg, LineRange, StoreAnswer, StoreError, StoreOp, line_range};
 use crate::when::render_when;
 
@@ -88,6 +88,15 @@ pub enum Effect {
     /// `input.ask()`: the operator's next message, through the `promptforge/user-input`
     /// Plugin's ask tool (the Host answers `{text, available}`).
     Ask,
+    /// A call to a bound tool (answered with the tool's output text, or a `tool` error).
+    Tool {
+        /// The alias it was called by.
+        alias: String,
+        /// The tool path.
+        path: String,
+        /// The arguments (a JSON object).
+        args: Json,
+    },
 }
 
 /// The model a round runs on, as the section resolved it (a model handle's settings).
@@ -240,6 +249,8 @@ pub struct Run {
     main_chain: ChainRef,
     /// The run's nonce for `untrusted` envelopes.
     nonce: String,
+    /// The bound tool slots (filled at prepare).
+    bound_tools: Arc<[BoundTool]>,
 }
 
 impl Run {
@@ -270,6 +281,7 @@ impl Run {
             claims,
             main_chain,
             nonce,
+            bound_tools: Arc::from(Vec::new()),
         }
     }
 
@@ -350,6 +362,16 @@ impl Run {
             self.fail(RunErrorKind::RequirementsUnmet, notice);
             return;
         }
+        self.bound_tools = bound_slots(&self.prompt.frontmatter, &self.ctx.host)
+            .into_iter()
+            .map(|(alias, path, tool)| BoundTool {
+                alias,
+                path,
+                description: tool.description,
+                parameters: serde_json::from_str(&tool.parameters)
+                    .unwrap_or_else(|_| serde_json::json!({"type": "object", "properties": {}})),
+            })
+            .collect();
         // A Plugin's prelude global may not be bound by the frontmatter as well.
         if self.input_plugin().is_some() {
             let fm = &self.prompt.frontmatter;
@@ -505,6 +527,7 @@ impl Run {
                 .unwrap_or(self.ctx.round_cap),
             nonce: self.nonce.clone(),
             input_plugin: self.input_plugin(),
+            bound_tools: self.bound_tools.clone(),
         };
         match SectionVm::new(cfg) {
             Ok(vm) => {
@@ -1152,6 +1175,25 @@ fn parse_request(request: &Request) -> Result<Effect, String> {
             }))
         }
         "input.ask" => Ok(Effect::Ask),
+        "tool.call" => {
+            let text = |key: &str| {
+                request
+                    .payload
+                    .get(key)
+                    .and_then(Json::as_str)
+                    .unwrap_or_default()
+                    .to_owned()
+            };
+            let args = match request.payload.get("args") {
+                Some(Json::Object(map)) => Json::Object(map.clone()),
+                _ => Json::Object(Map::new()),
+            };
+            Ok(Effect::Tool {
+                alias: text("alias"),
+                path: text("path"),
+                args,
+            })
+        }
         "model.loop" => {
             let model: ModelTarget =
                 serde_json::from_value(request.payload.get("model").cloned().unwrap_or(Json::Null))
@@ -1201,6 +1243,7 @@ fn models_state(prompt: &Prompt, ctx: &RunContext) -> ModelsState {
         }),
         default: None,
         has_snapshot: ctx.snapshot.is_some(),
+        tools_always: Vec::new(),
     }
 }
 

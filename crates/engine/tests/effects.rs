@@ -44,6 +44,7 @@ impl FakeHarness {
                 other => panic!("unexpected store op {other:?}"),
             },
             Effect::Ask => Answer::Value(json!({"text": "operator", "available": true})),
+            Effect::Tool { .. } => panic!("no bound tools here"),
             Effect::ModelRound(round) => {
                 let last = round
                     .messages

@@ -203,7 +203,9 @@ impl Host {
                                 Ok(answer) => store_answer(answer),
                                 Err(err) => store_error_answer(&err),
                             },
-                            Effect::Ask => panic!("this prompt asks no one"),
+                            Effect::Ask | Effect::Tool { .. } => {
+                                panic!("this prompt asks no one and calls no tool")
+                            }
                         };
                         run.resume(id, answer);
                     }

@@ -76,7 +76,7 @@ fn drive(prompt: &Arc<Prompt>, store: &mut Store) -> Outcome {
                             Ok(answer) => store_answer(answer),
                             Err(err) => store_error_answer(&err),
                         },
-                        Effect::ModelRound(_) | Effect::Ask => {
+                        Effect::ModelRound(_) | Effect::Ask | Effect::Tool { .. } => {
                             panic!("this prompt makes no model round and asks no one")
                         }
                     };

@@ -34,6 +34,7 @@ fn config() -> VmConfig {
         round_cap: 24,
         nonce: "0123456789abcdef0123456789abcdef".into(),
         input_plugin: None,
+        bound_tools: Arc::from(Vec::new()),
     }
 }
 

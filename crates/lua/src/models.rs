@@ -63,6 +63,8 @@ pub struct ModelsState {
     pub default: Option<String>,
     /// Whether the Host supplied a Host-state snapshot (enables the model-id fallback).
     pub has_snapshot: bool,
+    /// The run-wide `tools.always` aliases, in order, with their description overrides.
+    pub tools_always: Vec<(String, Option<String>)>,
 }
 
 /// Sampling options set by `models.use`.

@@ -41,7 +41,7 @@ const CANCEL_POLL_INSTRUCTIONS: u32 = 1000;
 const SHIM_NAME: &str = "=promptforge/vm.lua";
 const SHIM_SOURCE: &str = include_str!("shim/vm.lua");
 /// Shim modules loaded on a VM's first use of them: (name, chunk name, source).
-const SHIM_MODULES: [(&str, &str, &str); 2] = [
+const SHIM_MODULES: [(&str, &str, &str); 3] = [
     (
         "store",
         "=promptforge/store.lua",
@@ -51,6 +51,11 @@ const SHIM_MODULES: [(&str, &str, &str); 2] = [
         "models",
         "=promptforge/models.lua",
         include_str!("shim/models.lua"),
+    ),
+    (
+        "tools",
+        "=promptforge/tools.lua",
+        include_str!("shim/tools.lua"),
     ),
 ];
 /// Registry key of the shim's private API table.
@@ -110,6 +115,21 @@ pub struct VmConfig {
     /// The `promptforge/user-input` Plugin's prelude: `Some(connected)` installs the `input`
     /// global (step 8), `connected` telling whether the Host has an input broker.
     pub input_plugin: Option<bool>,
+    /// The run's bound tool slots, in declaration order.
+    pub bound_tools: Arc<[BoundTool]>,
+}
+
+/// A bound tool slot: its alias and the tool the catalog bound it to.
+#[derive(Debug, Clone, PartialEq)]
+pub struct BoundTool {
+    /// The alias (also the Tool object's global).
+    pub alias: String,
+    /// The tool path, e.g. `promptforge/user-input/ask`.
+    pub path: String,
+    /// The catalog description.
+    pub description: String,
+    /// The JSON Schema of its arguments (an object schema).
+    pub parameters: Json,
 }
 
 /// A suspending call's request: the operation name and its payload (JSON data), as the shim
@@ -388,6 +408,20 @@ impl SectionVm {
             cfg_table.raw_set("seed", i64::from_ne_bytes(cfg.random_seed.to_ne_bytes()))?;
             cfg_table.raw_set("has_ui", cfg.snapshot.is_some())?;
             cfg_table.raw_set("round_cap", cfg.round_cap)?;
+            let bound = lua.create_table()?;
+            for (i, tool) in cfg.bound_tools.iter().enumerate() {
+                let t = lua.create_table()?;
+                t.raw_set("alias", tool.alias.as_str())?;
+                t.raw_set("path", tool.path.as_str())?;
+                t.raw_set(
+                    "wire_name",
+                    tool.path.rsplit('/').next().unwrap_or(tool.path.as_str()),
+                )?;
+                t.raw_set("description", tool.description.as_str())?;
+                t.raw_set("parameters", json::from_json(&lua, &tool.parameters)?)?;
+                bound.raw_set(i + 1, t)?;
+            }
+            cfg_table.raw_set("bound_tools", bound)?;
             if let Some(connected) = cfg.input_plugin {
                 cfg_table.raw_set("input_plugin", true)?;
                 cfg_table.raw_set("input_connected", connected)?;
@@ -529,6 +563,61 @@ impl SectionVm {
                             .set_mode(ChunkMode::Binary)
                             .into_function()?
                             .into_lua_multi(lua)
+                    }
+                    "valid_name" => match &a {
+                        Value::String(name) => {
+                            promptforge_syntax::names::is_valid_name(&name.to_string_lossy())
+                                .into_lua_multi(lua)
+                        }
+                        _ => false.into_lua_multi(lua),
+                    },
+                    "json_ok" => json::to_json(&a, "args").is_ok().into_lua_multi(lua),
+                    "scalar_text" => match scalar_result(&a) {
+                        Ok(text) => (text.unwrap_or_default(), Value::Nil).into_lua_multi(lua),
+                        Err(message) => (Value::Nil, message).into_lua_multi(lua),
+                    },
+                    "tools_always" => {
+                        let alias = match &a {
+                            Value::String(alias) => alias.to_string_lossy(),
+                            _ => return Ok(MultiValue::new()),
+                        };
+                        let description = match &b {
+                            Value::String(d) => Some(d.to_string_lossy()),
+                            _ => None,
+                        };
+                        let st = s.borrow();
+                        let mut state = st.models.borrow_mut();
+                        match state.tools_always.iter_mut().find(|(a, _)| *a == alias) {
+                            Some(entry) => {
+                                if description.is_some() {
+                                    entry.1 = description;
+                                }
+                            }
+                            None => state.tools_always.push((alias, description)),
+                        }
+                        Ok(MultiValue::new())
+                    }
+                    "tools_always_list" => {
+                        let list = lua.create_table()?;
+                        let st = s.borrow();
+                        for (i, (alias, description)) in
+                            st.models.borrow().tools_always.iter().enumerate()
+                        {
+                            let t = lua.create_table()?;
+                            t.raw_set("alias", alias.as_str())?;
+                            t.raw_set("description", description.as_deref())?;
+                            list.raw_set(i + 1, t)?;
+                        }
+                        list.into_lua_multi(lua)
+                    }
+                    "first_tool_call" => {
+                        // sys.model appears at the section's first tool call, when it has a model.
+                        let mut st = s.borrow_mut();
+                        let model = models::round_handle(&st.models, None, st.selection.as_ref());
+                        if let (Some(handle), Json::Object(sys)) = (model, &mut st.sys) {
+                            sys.insert("model".to_owned(), Json::String(handle.model_id));
+                        }
+                        Ok(MultiValue::new())
                     }
                     "jump" => {
                         if let Value::String(target) = &a {
@@ -1277,6 +1366,7 @@ mod tests {
             round_cap: 24,
             nonce: "0123456789abcdef0123456789abcdef".into(),
             input_plugin: None,
+            bound_tools: Arc::from(Vec::new()),
         }
     }
 

@@ -141,8 +141,11 @@ models.loop = function(...)
     local composed, fits = host('loop_compose', list, target)
     if composed == nil then raise(fits) end
     if not fits then overflow(compactor, 'precheck') end
-    -- The composed records travel on the Rust side (see `loop_compose`).
-    local reply = suspend('model.loop', { model = target, tools = {} })
+    -- The scope is rebuilt for every round; the composed records travel on the Rust side
+    -- (see `loop_compose`).
+    local tools_module = P.module('tools')
+    local specs, offered = tools_module.round_tools()
+    local reply = suspend('model.loop', { model = target, tools = specs })
     if reply.overflow then overflow(compactor, 'provider') end
     rounds = rounds + 1
     host('loop_record', target, reply.usage)
@@ -150,23 +153,40 @@ models.loop = function(...)
     if #calls > 0 then
       local malformed = host('loop_check_calls', calls)
       if malformed then typed_error('internal', malformed, nil, 'Completion') end
-      -- No tool is in scope in this build: any call is out of scope.
-      local name = calls[1].name
-      typed_error('out_of_scope_tool',
-        'tool "' .. name .. '" is not in this section\'s scope; in-scope aliases: []',
-        { name = name }, 'Tool')
+      -- All or nothing: every name must be on offer before any tool runs.
+      local on_offer = {}
+      for i = 1, #offered do on_offer[offered[i]] = true end
+      for i = 1, #calls do
+        if not on_offer[calls[i].name] then tools_module.out_of_scope(calls[i].name, offered) end
+      end
+      -- Run each call in order, then append the batch: the assistant record with every
+      -- call, then one tool record per call.
+      local results = {}
+      for i = 1, #calls do
+        results[i] = tools_module.answer_call(calls[i].name, calls[i].arguments or {})
+      end
+      local recorded = {}
+      for i = 1, #calls do
+        recorded[i] = { id = calls[i].id, name = calls[i].name, arguments = calls[i].arguments or {} }
+      end
+      list[#list + 1] = { role = 'assistant', content = reply.text or '', tool_calls = recorded }
+      for i = 1, #calls do
+        list[#list + 1] = { role = 'tool', content = results[i], tool_call_id = calls[i].id }
+      end
+      answered = true
+    else
+      local text = reply.text or ''
+      if string_match(text, '%S') then
+        list[#list + 1] = { role = 'assistant', content = text }
+        return nil
+      end
+      if answered and reply.finish_reason == 'stop' then
+        list[#list + 1] = { role = 'assistant', content = '' }
+        return nil
+      end
+      typed_error('empty_model_reply', 'the model replied with no text and no tool calls',
+        { finish_reason = reply.finish_reason }, 'Completion')
     end
-    local text = reply.text or ''
-    if string_match(text, '%S') then
-      list[#list + 1] = { role = 'assistant', content = text }
-      return nil
-    end
-    if answered and reply.finish_reason == 'stop' then
-      list[#list + 1] = { role = 'assistant', content = '' }
-      return nil
-    end
-    typed_error('empty_model_reply', 'the model replied with no text and no tool calls',
-      { finish_reason = reply.finish_reason }, 'Completion')
   end
 end
 

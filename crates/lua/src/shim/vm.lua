@@ -21,6 +21,7 @@ local table_pack, table_unpack = table.pack, table.unpack
 
 -- Stock functions the lazily loaded modules need, captured before the sandbox removes them.
 local stock_concat, stock_rawget = table.concat, rawget
+local table_sort = table.sort
 
 -- The sandbox: only string, table, math and the listed base functions stay reachable.
 -- (io, os, debug, package, utf8 and require are never loaded.)
@@ -371,38 +372,6 @@ rawset(G, 'untrusted', function(s)
   return host('untrusted', s)
 end)
 
--- call and jump (chapter 08). The target's string check runs at the call; `call` suspends
--- until the called chain ends, and `jump` records its target and unwinds the block (pcall
--- cannot cancel it: the recorded jump wins when the block ends).
-rawset(G, 'call', function(target, input)
-  if type(target) ~= 'string' then
-    raise('section target must be a string, got ' .. arg_type(target))
-  end
-  if input ~= nil then check_string('input', input) end
-  return suspend('call', { target = target, input = input })
-end)
-rawset(G, 'jump', function(target)
-  if type(target) ~= 'string' then
-    raise('section target must be a string, got ' .. arg_type(target))
-  end
-  if in_shared_load then raise('jump is not available during shared library load') end
-  host('jump', target)
-  raise('jump to ' .. target)
-end)
-
--- 8. The globals of declared Plugins: promptforge/user-input's prelude defines `input`.
-if cfg.input_plugin then
-  local connected = cfg.input_connected
-  rawset(G, 'input', {
-    ask = function(...)
-      if select('#', ...) > 0 then raise('input.ask takes no arguments') end
-      local answer = suspend('input.ask', {})
-      return answer.text, answer.available
-    end,
-    connected = function() return connected end,
-  })
-end
-
 -- store, models, messages and compactors: the public functions are small stubs; the real
 -- code is a separate chunk loaded on a VM's first use of it, so sections that never touch
 -- a module never pay to load it.
@@ -414,6 +383,10 @@ local P = {
   error = error, type = type, tostring = tostring, select = select,
   setmetatable = setmetatable, string_match = string_match,
   order = cfg.order, table_concat = stock_concat, rawget = stock_rawget,
+  next = next, rawset = rawset, pcall = pcall, table_sort = table_sort,
+  table_pack = table_pack, table_unpack = table_unpack,
+  control_pending = function() return host('control_pending') end,
+  handler_depth = 0,
 }
 local loaded = {}
 local function module(name)
@@ -445,7 +418,48 @@ rawset(G, 'models', stubs('models', function(m) return m.models end, {
   'use', 'default', 'get', 'infer', 'loop',
 }))
 rawset(G, 'messages', stubs('models', function(m) return m.messages end, { 'new' }))
+local tools = stubs('tools', whole, { 'add', 'always', 'add_local', 'call' })
+P.tools_table = tools
+P.module = module
+rawset(G, 'tools', tools)
 rawset(G, 'compactors', stubs('models', function(m) return m.compactors end, { 'fail' }))
+
+-- call and jump (chapter 08). The target's string check runs at the call; `call` suspends
+-- until the called chain ends, and `jump` records its target and unwinds the block (pcall
+-- cannot cancel it: the recorded jump wins when the block ends).
+rawset(G, 'call', function(target, input)
+  if type(target) ~= 'string' then
+    raise('section target must be a string, got ' .. arg_type(target))
+  end
+  if input ~= nil then check_string('input', input) end
+  return suspend('call', { target = target, input = input })
+end)
+rawset(G, 'jump', function(target)
+  if type(target) ~= 'string' then
+    raise('section target must be a string, got ' .. arg_type(target))
+  end
+  if in_shared_load then raise('jump is not available during shared library load') end
+  if P.handler_depth > 0 then
+    raise('jump is unavailable inside a local tool handler: return a value from the handler and '
+      .. 'call jump from the block after the tool call returns')
+  end
+  host('jump', target)
+  raise('jump to ' .. target)
+end)
+
+-- 8. The globals of declared Plugins: promptforge/user-input's prelude defines `input`.
+if cfg.input_plugin then
+  local connected = cfg.input_connected
+  rawset(G, 'input', {
+    ask = function(...)
+      if select('#', ...) > 0 then raise('input.ask takes no arguments') end
+      local answer = suspend('input.ask', {})
+      return answer.text, answer.available
+    end,
+    connected = function() return connected end,
+  })
+end
+
 
 setmetatable(G, GUARD)
 
@@ -502,6 +516,11 @@ end
 
 -- Step 11: the declared alias globals, set raw so an author __newindex never sees them.
 api.install_aliases = function()
+  local bound = cfg.bound_tools
+  if #bound > 0 then
+    local t = module('tools')
+    for i = 1, #bound do rawset(G, bound[i].alias, t.tool_object(bound[i])) end
+  end
   for label, handle in next, host('role_globals') do rawset(G, label, handle) end
 end
 
