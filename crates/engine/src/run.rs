@@ -21,6 +21,7 @@ use promptforge_syntax::heading_ref::parse_heading_ref;
 use promptforge_syntax::{Block, Prompt, SectionId};
 use serde_json::{Map, Value as Json};
 
+use promptforge_lua::json::display_value;
 use promptforge_lua::untrusted::nonce_for_run;
 use promptforge_lua::vm::{BoundTool, ErrorValue};
 
@@ -210,6 +211,39 @@ struct Chain {
     depth: u32,
     /// The section entry in progress.
     entry: Option<Box<Entry>>,
+    /// The nearest enclosing task (`sys.taskid`): `0`, or an arm's id.
+    task_id: String,
+    /// For a fanout arm: its member and position, given to its first entry only.
+    item: Option<(Json, usize)>,
+    /// A fanout the entry waits on: its arms run beside each other.
+    fanout: Option<Box<Fanout>>,
+}
+
+/// A fanout in progress: one arm per member, in collection order.
+#[derive(Debug)]
+struct Fanout {
+    arms: Vec<Arm>,
+    /// The calling chain's claims identity (arms fork from it and join it).
+    caller_claims: ChainRef,
+}
+
+/// One arm: its own chain stack (a task chain at the bottom), its claims identity, and how it
+/// ended.
+#[derive(Debug)]
+struct Arm {
+    stack: Vec<Chain>,
+    claims: ChainRef,
+    item: Json,
+    end: Option<ArmEnd>,
+}
+
+/// How an arm's chain ended.
+#[derive(Debug)]
+enum ArmEnd {
+    /// With this result ('' when it ran off its walk).
+    Done(String),
+    /// With this failure.
+    Failed(LuaFailure),
 }
 
 /// The first-party Plugin that lets a prompt ask the operator.
@@ -244,13 +278,16 @@ pub struct Run {
     models: Rc<RefCell<ModelsState>>,
     /// The happens-before checker over store claims.
     claims: Claims,
-    /// The main walk's chain in the checker (the H1 pass, the walk and called chains share
-    /// one identity).
-    main_chain: ChainRef,
     /// The run's nonce for `untrusted` envelopes.
     nonce: String,
     /// The bound tool slots (filled at prepare).
     bound_tools: Arc<[BoundTool]>,
+    /// The claims identity of the chain stack being advanced.
+    claim_ref: ChainRef,
+    /// Whether the chain stack being advanced is a fanout arm's.
+    in_arm: bool,
+    /// Set when an arm's own chain ends, for the fanout to collect.
+    arm_end: Option<ArmEnd>,
 }
 
 impl Run {
@@ -279,9 +316,11 @@ impl Run {
             answers: BTreeMap::new(),
             models,
             claims,
-            main_chain,
             nonce,
             bound_tools: Arc::from(Vec::new()),
+            claim_ref: main_chain,
+            in_arm: false,
+            arm_end: None,
         }
     }
 
@@ -316,26 +355,112 @@ impl Run {
                 self.start();
                 continue;
             }
-            let Some(chain) = self.chains.last_mut() else {
-                self.end(Outcome::Failed(RunError::new(
-                    RunErrorKind::Internal,
-                    "no chain is running",
-                )));
-                continue;
-            };
-            match chain.entry.take() {
-                Some(entry) => {
-                    if let Some(Wait::Effect(id)) = entry.waiting
-                        && !self.answers.contains_key(&id)
-                    {
-                        chain.entry = Some(entry);
-                        return Step::Effects(std::mem::take(&mut self.issued));
-                    }
-                    self.advance_entry(entry);
-                }
-                None => self.enter_next(),
+            if !self.advance_current() {
+                return Step::Effects(std::mem::take(&mut self.issued));
             }
         }
+    }
+
+    /// Do one unit of work on the chain stack being advanced; `false` when it is blocked on
+    /// Harness work.
+    fn advance_current(&mut self) -> bool {
+        let Some(chain) = self.chains.last_mut() else {
+            self.fail(RunErrorKind::Internal, "no chain is running");
+            return true;
+        };
+        if chain.fanout.is_some() {
+            return self.advance_fanout();
+        }
+        match chain.entry.take() {
+            Some(entry) => {
+                if let Some(Wait::Effect(id)) = entry.waiting
+                    && !self.answers.contains_key(&id)
+                {
+                    chain.entry = Some(entry);
+                    return false;
+                }
+                self.advance_entry(entry);
+            }
+            None => self.enter_next(),
+        }
+        true
+    }
+
+    /// Advance a fanout's live arms, each until it blocks or ends, in collection order. A
+    /// failing arm (other than round-cap exhaustion) cancels its siblings and fails the
+    /// fanout; when every arm has ended, the caller gets the results.
+    fn advance_fanout(&mut self) -> bool {
+        let Some(mut fan) = self.chains.last_mut().and_then(|c| c.fanout.take()) else {
+            return true;
+        };
+        let mut ran = false;
+        let mut failed = None;
+        for (index, arm) in fan.arms.iter_mut().enumerate() {
+            if arm.end.is_some() {
+                continue;
+            }
+            std::mem::swap(&mut self.chains, &mut arm.stack);
+            let claims = std::mem::replace(&mut self.claim_ref, arm.claims);
+            let in_arm = std::mem::replace(&mut self.in_arm, true);
+            while self.outcome.is_none() && self.arm_end.is_none() && self.advance_current() {
+                ran = true;
+            }
+            std::mem::swap(&mut self.chains, &mut arm.stack);
+            self.claim_ref = claims;
+            self.in_arm = in_arm;
+            arm.end = self.arm_end.take();
+            if self.outcome.is_some() {
+                return true;
+            }
+            if let Some(ArmEnd::Failed(failure)) = &arm.end
+                && !is_exhausted(failure)
+            {
+                failed = Some(index);
+                break;
+            }
+        }
+        let finished = failed.is_some() || fan.arms.iter().all(|a| a.end.is_some());
+        if !finished {
+            if let Some(chain) = self.chains.last_mut() {
+                chain.fanout = Some(fan);
+            }
+            return ran;
+        }
+        // Every arm is delivered (or cancelled): join them into the caller.
+        for arm in &fan.arms {
+            let _ = self.claims.join(fan.caller_claims, arm.claims);
+        }
+        let answer = match failed.and_then(|i| fan.arms.get(i)) {
+            Some(Arm {
+                end: Some(ArmEnd::Failed(failure)),
+                ..
+            }) => Answer::Error(error_value_of(failure)),
+            _ => Answer::Value(Json::Array(
+                fan.arms
+                    .iter()
+                    .map(|arm| match &arm.end {
+                        Some(ArmEnd::Done(text)) => {
+                            serde_json::json!({"ok": true, "exhausted": false, "text": text})
+                        }
+                        _ => serde_json::json!({
+                            "ok": false,
+                            "exhausted": true,
+                            "text": format!(
+                                "## {}\n\nUNKNOWN\n\n(section incomplete: tool loop exhausted)",
+                                display_value(&arm.item)
+                            ),
+                        }),
+                    })
+                    .collect(),
+            )),
+        };
+        // Dropping the arms cancels any still live (their VMs go with them).
+        drop(fan);
+        if let Some(entry) = self.chains.last_mut().and_then(|c| c.entry.as_mut()) {
+            entry.waiting = None;
+            entry.answer = Some(answer);
+        }
+        true
     }
 
     fn end(&mut self, outcome: Outcome) {
@@ -399,6 +524,9 @@ impl Run {
             argv: self.argv.clone(),
             depth: 0,
             entry: None,
+            task_id: "0".into(),
+            item: None,
+            fanout: None,
         });
         if !self.prompt.h1_blocks.is_empty() {
             let title = self.prompt.title.clone();
@@ -483,11 +611,14 @@ impl Run {
             })
     }
 
-    fn sys_fields(&self, name: &str, id: &str) -> Json {
+    fn sys_fields(&self, name: &str, id: &str, task_id: &str, index: Option<usize>) -> Json {
         let mut sys = Map::new();
         sys.insert("when".into(), Json::String(self.when.clone()));
         sys.insert("id".into(), Json::String(id.to_owned()));
-        sys.insert("taskid".into(), Json::String("0".into()));
+        sys.insert("taskid".into(), Json::String(task_id.to_owned()));
+        if let Some(index) = index {
+            sys.insert("index".into(), Json::from(index));
+        }
         sys.insert("section_name".into(), Json::String(name.to_owned()));
         sys.insert("execution".into(), Json::String(self.ctx.execution.clone()));
         sys.insert(
@@ -500,6 +631,8 @@ impl Run {
     /// Build a section VM for the top chain (the shared library replay then runs as the
     /// entry's first stage) and make it the chain's entry.
     fn new_entry(&mut self, place: Place, name: String, id: &str) {
+        // An arm's member and position reach only its first entry, the worker section.
+        let item = self.chains.last_mut().and_then(|c| c.item.take());
         let Some(chain) = self.chains.last() else {
             return;
         };
@@ -512,7 +645,8 @@ impl Run {
             args: chain.args.clone(),
             argv,
             var: chain.var.clone(),
-            sys: self.sys_fields(&name, id),
+            sys: self.sys_fields(&name, id, &chain.task_id, item.as_ref().map(|(_, i)| *i)),
+            item: item.map(|(member, _)| member),
             snapshot: self.ctx.snapshot.clone(),
             visible: self.visible_from(place),
             log_events: self.ctx.log_events,
@@ -713,6 +847,14 @@ impl Run {
                         self.chains.push(*chain);
                         return;
                     }
+                    Ok(Dispatch::Fanout(fanout)) => {
+                        entry.waiting = Some(Wait::Chain);
+                        self.park(entry);
+                        if let Some(chain) = self.chains.last_mut() {
+                            chain.fanout = Some(fanout);
+                        }
+                        return;
+                    }
                     Ok(Dispatch::Fail(error)) => {
                         let name = entry.name.clone();
                         drop(entry);
@@ -869,6 +1011,12 @@ impl Run {
 
     /// The top chain ended: with a result, or by running off its walk.
     fn finish_chain(&mut self, result: Option<String>) {
+        if self.chains.len() <= 1 && self.in_arm {
+            // An arm's own chain: its result goes to the fanout.
+            self.chains.clear();
+            self.arm_end = Some(ArmEnd::Done(result.unwrap_or_default()));
+            return;
+        }
         if self.chains.len() <= 1 {
             // The main walk: its result is the run's, or the done fallback.
             self.end(Outcome::Completed(
@@ -887,27 +1035,16 @@ impl Run {
     /// A failure ended the top chain: the main walk's failure ends the run; a called chain's
     /// failure is raised at its caller's `call`, as the chain's own error value.
     fn chain_failed(&mut self, place: Place, failure: LuaFailure, around: bool) {
+        if self.chains.len() <= 1 && self.in_arm && failure.kind != FailureKind::Cancelled {
+            self.chains.clear();
+            self.arm_end = Some(ArmEnd::Failed(failure));
+            return;
+        }
         if self.chains.len() <= 1 || failure.kind == FailureKind::Cancelled {
             return self.fail_from_lua(place, failure, around);
         }
         self.chains.pop();
-        let mut error = failure.error.clone().map_or_else(
-            || ErrorValue {
-                kind: "lua".into(),
-                message: failure.message.clone(),
-                fields: Json::Object(Map::new()),
-                run_kind: String::new(),
-            },
-            |e| *e,
-        );
-        match failure.kind {
-            FailureKind::Quota => error.run_kind = "Quota".into(),
-            FailureKind::Internal => {
-                error.kind = "internal".into();
-                error.run_kind = "Internal".into();
-            }
-            _ => {}
-        }
+        let error = error_value_of(&failure);
         if let Some(caller) = self.chains.last_mut().and_then(|c| c.entry.as_mut()) {
             caller.waiting = None;
             caller.answer = Some(Answer::Error(error));
@@ -938,6 +1075,7 @@ impl Run {
         match request.op.as_str() {
             "store" => {}
             "call" => return Ok(self.start_call(entry, &request.payload)),
+            "fanout" => return Ok(self.start_fanout(entry, &request.payload)),
             _ => return parse_request(request).map(Dispatch::Effect),
         }
         let op = match store_op(&request.payload) {
@@ -948,7 +1086,7 @@ impl Run {
             Ok(access) => access,
             Err(err) => return Ok(Dispatch::Answer(store_error_answer(&err))),
         };
-        if let Err(conflict) = self.claims.claim(self.main_chain, &access) {
+        if let Err(conflict) = self.claims.claim(self.claim_ref, &access) {
             return Ok(Dispatch::Fail(conflict.to_run_error()));
         }
         Ok(Dispatch::Effect(Effect::Store(op)))
@@ -1003,6 +1141,89 @@ impl Run {
             argv,
             depth,
             entry: None,
+            task_id: parent.task_id.clone(),
+            item: None,
+            fanout: None,
+        }))
+    }
+
+    /// `fanout(worker, collection)`: one arm per member, each a task chain one level deeper,
+    /// starting at the worker section with a copy of the caller's var; or a refusal at the call.
+    fn start_fanout(&mut self, entry: &Entry, payload: &Json) -> Dispatch {
+        let worker = payload
+            .get("worker")
+            .and_then(Json::as_str)
+            .unwrap_or_default();
+        let items = match payload.get("items") {
+            Some(Json::Array(items)) => items.clone(),
+            _ => Vec::new(),
+        };
+        let Some(parent) = self.chains.last() else {
+            return Dispatch::Answer(lua_error_answer("no chain is running".into()));
+        };
+        let depth = parent.depth + 1;
+        let id = match self.resolve(entry.place, worker) {
+            Ok(id) => id,
+            Err(message) => return Dispatch::Answer(lua_error_answer(message)),
+        };
+        if let Some(section) = self.prompt.section(id)
+            && section.items.is_some()
+        {
+            return Dispatch::Answer(lua_error_answer(format!(
+                "section `{}` is a list section, not a worker template",
+                section.name
+            )));
+        }
+        if depth > CALL_DEPTH_CAP {
+            return Dispatch::Answer(lua_error_answer(format!(
+                "fanout recursion exceeded cap of {CALL_DEPTH_CAP}"
+            )));
+        }
+        let var = match entry.vm.read_back_var() {
+            Ok(var) => var,
+            Err(failure) => return Dispatch::Answer(lua_error_answer(failure.message)),
+        };
+        let (args, argv) = (parent.args.clone(), parent.argv.clone());
+        let siblings = self.siblings_of(id).to_vec();
+        let next = siblings.iter().position(|s| *s == id).unwrap_or(0);
+        let caller_claims = self.claim_ref;
+        let mut arms = Vec::with_capacity(items.len());
+        for (index, item) in items.into_iter().enumerate() {
+            let Some(parent) = self.chains.last_mut() else {
+                break;
+            };
+            let chain_id = format!("{}.{}", parent.id, parent.children);
+            parent.children += 1;
+            let claims = self
+                .claims
+                .fork(caller_claims, chain_id.clone())
+                .unwrap_or(caller_claims);
+            arms.push(Arm {
+                stack: vec![Chain {
+                    id: chain_id.clone(),
+                    entries: 0,
+                    children: 0,
+                    levels: vec![Level {
+                        siblings: siblings.clone(),
+                        next,
+                    }],
+                    var: var.clone(),
+                    args: args.clone(),
+                    argv: argv.clone(),
+                    depth,
+                    entry: None,
+                    task_id: chain_id,
+                    item: Some((item.clone(), index + 1)),
+                    fanout: None,
+                }],
+                claims,
+                item,
+                end: None,
+            });
+        }
+        Dispatch::Fanout(Box::new(Fanout {
+            arms,
+            caller_claims,
         }))
     }
 
@@ -1033,6 +1254,36 @@ impl Run {
     }
 }
 
+/// Whether an arm's failure is round-cap exhaustion (the one failure a fanout survives).
+fn is_exhausted(failure: &LuaFailure) -> bool {
+    failure
+        .error
+        .as_ref()
+        .is_some_and(|e| e.kind == "tool_loop_exhausted")
+}
+
+/// A failure as the error value raised at its caller (`call`, `fanout`), unchanged.
+fn error_value_of(failure: &LuaFailure) -> ErrorValue {
+    let mut error = failure.error.clone().map_or_else(
+        || ErrorValue {
+            kind: "lua".into(),
+            message: failure.message.clone(),
+            fields: Json::Object(Map::new()),
+            run_kind: String::new(),
+        },
+        |e| *e,
+    );
+    match failure.kind {
+        FailureKind::Quota => error.run_kind = "Quota".into(),
+        FailureKind::Internal => {
+            error.kind = "internal".into();
+            error.run_kind = "Internal".into();
+        }
+        _ => {}
+    }
+    error
+}
+
 /// What a suspended call's request becomes.
 #[derive(Debug)]
 enum Dispatch {
@@ -1042,6 +1293,8 @@ enum Dispatch {
     Answer(Answer),
     /// A `call` starts this chain; the caller waits on it.
     Call(Box<Chain>),
+    /// A `fanout` starts these arms; the caller waits on them all.
+    Fanout(Box<Fanout>),
     /// The run ends.
     Fail(RunError),
 }

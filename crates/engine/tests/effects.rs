@@ -170,3 +170,76 @@ fn cancel_while_waiting_ends_cancelled() {
     run.cancel();
     assert_eq!(run.step(), Step::Done(Outcome::Cancelled));
 }
+
+/// How the host answers the effects a step returns.
+#[derive(Clone, Copy, Debug)]
+enum Order {
+    /// One effect at a time, oldest first; the rest wait.
+    OneAtATime,
+    /// Everything issued, in issue order.
+    Batched,
+    /// Everything issued, newest first.
+    BatchedReversed,
+}
+
+const FANOUT_PROMPT: &str = "---\nname: arms\ndescription: concurrent arms\npromptforge: 0\nmodels:\n  writer: {}\n---\n\n# Arms\n\n```lua\nmodels.default('writer')\n```\n\n## Main\n\n```lua\nlocal r = fanout('### Worker', {'a', 'b', 'c'})\nreturn table.concat(r, ',') .. '|' .. store.read('out/b.txt')\n```\n\n### Worker\n\n```lua\nlocal first = models.infer('first ' .. item)\nstore.write('out/' .. item .. '.txt', first)\nreturn models.infer('second ' .. item .. ' ' .. sys.id)\n```\n";
+
+fn drive_fanout(order: Order) -> (Outcome, BTreeMap<String, Vec<String>>, usize) {
+    let prompt = Arc::new(Prompt::parse(FANOUT_PROMPT).unwrap());
+    let mut ctx = RunContext::new(3, 0);
+    ctx.host.model = Some(ModelInfo {
+        id: "fake".into(),
+        context: 100_000,
+        thinking: ThinkingCapability::Switchable,
+        description: String::new(),
+    });
+    let mut run = Run::new(prompt, ctx);
+    let mut harness = FakeHarness::default();
+    let mut queue: Vec<(EffectId, Effect)> = Vec::new();
+    let mut most_outstanding = 0;
+    // Per arm (by member), the model prompts in the order that arm issued them.
+    let mut per_arm: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    loop {
+        match run.step() {
+            Step::Done(outcome) => return (outcome, per_arm, most_outstanding),
+            Step::Effects(effects) => {
+                queue.extend(effects);
+                most_outstanding = most_outstanding.max(queue.len());
+                let batch: Vec<(EffectId, Effect)> = match order {
+                    Order::OneAtATime => vec![queue.remove(0)],
+                    Order::Batched => std::mem::take(&mut queue),
+                    Order::BatchedReversed => {
+                        std::mem::take(&mut queue).into_iter().rev().collect()
+                    }
+                };
+                for (id, effect) in batch {
+                    if let Effect::ModelRound(round) = &effect {
+                        let text = round.messages[0]["content"].as_str().unwrap().to_owned();
+                        let member = text.split(' ').nth(1).unwrap().to_owned();
+                        per_arm.entry(member).or_default().push(text);
+                    }
+                    let answer = harness.perform(effect);
+                    run.resume(id, answer);
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn three_answer_orders_agree() {
+    let (outcome, per_arm, outstanding) = drive_fanout(Order::OneAtATime);
+    assert_eq!(
+        outcome,
+        Outcome::Completed(
+            "echo: second a 0.0.0,echo: second b 0.1.0,echo: second c 0.2.0|echo: first b".into()
+        )
+    );
+    // The arms run beside each other: their effects are outstanding together.
+    assert!(outstanding >= 3, "{outstanding}");
+    for order in [Order::Batched, Order::BatchedReversed] {
+        let (o, p, _) = drive_fanout(order);
+        assert_eq!(o, outcome, "{order:?}");
+        assert_eq!(p, per_arm, "{order:?}");
+    }
+}

@@ -35,6 +35,7 @@ fn config() -> VmConfig {
         nonce: "0123456789abcdef0123456789abcdef".into(),
         input_plugin: None,
         bound_tools: Arc::from(Vec::new()),
+        item: None,
     }
 }
 

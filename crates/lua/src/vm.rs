@@ -117,6 +117,8 @@ pub struct VmConfig {
     pub input_plugin: Option<bool>,
     /// The run's bound tool slots, in declaration order.
     pub bound_tools: Arc<[BoundTool]>,
+    /// In a fanout arm's worker section: its member (`item`, step 4).
+    pub item: Option<Json>,
 }
 
 /// A bound tool slot: its alias and the tool the catalog bound it to.
@@ -272,6 +274,8 @@ struct Shared {
     nonce: String,
     /// A `jump` target recorded by the running block (it wins over the block's own end).
     jump: Option<String>,
+    /// A fanout arm's member, as `{{ item }}` reads it.
+    item: Option<Json>,
 }
 
 /// What the VM's coroutine is running.
@@ -366,6 +370,7 @@ impl SectionVm {
             last_composed: Vec::new(),
             nonce: cfg.nonce.clone(),
             jump: None,
+            item: cfg.item.clone(),
         }));
         let cancel = cfg.cancel.clone();
         // The collector starts stopped: most section VMs live for a few microseconds and
@@ -407,6 +412,10 @@ impl SectionVm {
             // Lua 5.5 takes the seed as an integer; reinterpreting the bits keeps all 64.
             cfg_table.raw_set("seed", i64::from_ne_bytes(cfg.random_seed.to_ne_bytes()))?;
             cfg_table.raw_set("has_ui", cfg.snapshot.is_some())?;
+            if let Some(item) = &cfg.item {
+                cfg_table.raw_set("has_item", true)?;
+                cfg_table.raw_set("item", json::from_json(&lua, item)?)?;
+            }
             cfg_table.raw_set("round_cap", cfg.round_cap)?;
             let bound = lua.create_table()?;
             for (i, tool) in cfg.bound_tools.iter().enumerate() {
@@ -564,6 +573,13 @@ impl SectionVm {
                             .into_function()?
                             .into_lua_multi(lua)
                     }
+                    "fanout_members" => match &a {
+                        Value::Table(collection) => match fanout_members(lua, collection)? {
+                            Ok(members) => (members, Value::Nil).into_lua_multi(lua),
+                            Err(message) => (Value::Nil, message).into_lua_multi(lua),
+                        },
+                        _ => (Value::Nil, "fanout collection must be a table").into_lua_multi(lua),
+                    },
                     "valid_name" => match &a {
                         Value::String(name) => {
                             promptforge_syntax::names::is_valid_name(&name.to_string_lossy())
@@ -919,8 +935,15 @@ impl SectionVm {
         // The run message opens with a `{location}:{line}: ` tag: taken from the first
         // region marker in the text, or, for a lua-kind Engine error value, from where it was
         // raised. Harness errors (store, model, ...) keep their message as it is.
+        // An error that already carries its tag (one re-raised from a called section or a
+        // fanout arm) keeps it: the callee's region was mapped where it was raised.
         let tagged = if let Some((label, line)) = first_marker(&message, &labels) {
-            format!("{label}:{line}: {message}")
+            let tag = format!("{label}:{line}: ");
+            if message.starts_with(&tag) {
+                message
+            } else {
+                format!("{tag}{message}")
+            }
         } else if let (true, FailureKind::Lua, Some((label, line))) =
             (is_value, &kind, &site.location)
         {
@@ -1120,6 +1143,72 @@ fn check_log(st: &mut Shared, count: usize, message: &Value) -> (Option<String>,
     (None, None)
 }
 
+/// A fanout collection's members in fanout order: the array part, then keyed members as
+/// `{ key, value }` pairs in the deterministic key order. Each broken rule gives its message.
+fn fanout_members(lua: &Lua, collection: &Table) -> mlua::Result<Result<Table, String>> {
+    let border = collection.raw_len();
+    let members = lua.create_table()?;
+    let mut n = 0;
+    for key in crate::order::ordered_keys(collection)? {
+        let value: Value = collection.raw_get(&key)?;
+        let (label, member) = match &key {
+            Value::Integer(i) if *i >= 1 && (*i as usize) <= border => {
+                (i.to_string(), value.clone())
+            }
+            _ => {
+                let label = match &key {
+                    Value::String(s) => match s.to_str() {
+                        Ok(text) => text.to_owned(),
+                        Err(e) => return Ok(Err(e.to_string())),
+                    },
+                    Value::Boolean(b) => b.to_string(),
+                    Value::Integer(i) => i.to_string(),
+                    Value::Number(f) if f.is_finite() => json::format_number(*f),
+                    Value::Number(_) => {
+                        return Ok(Err("fanout collection key is not a finite number".into()));
+                    }
+                    other => {
+                        return Ok(Err(format!(
+                            "fanout collection key must be a string, number, or boolean, got {}",
+                            lua_type_name(other)
+                        )));
+                    }
+                };
+                let pair = lua.create_table()?;
+                pair.raw_set("key", key.clone())?;
+                pair.raw_set("value", value.clone())?;
+                (label, Value::Table(pair))
+            }
+        };
+        if !matches!(
+            value,
+            Value::String(_)
+                | Value::Integer(_)
+                | Value::Number(_)
+                | Value::Boolean(_)
+                | Value::Table(_)
+        ) {
+            return Ok(Err(format!(
+                "fanout collection member at index {label} is a {}; members must be data",
+                lua_type_name(&value)
+            )));
+        }
+        n += 1;
+        members.raw_set(n, member)?;
+    }
+    if n == 0 {
+        return Ok(Err(
+            "fanout over an empty collection: no work is likely a bug".into(),
+        ));
+    }
+    for member in members.sequence_values::<Value>() {
+        if json::to_json(&member?, "item").is_err() {
+            return Ok(Err("item must be a JSON-representable value".into()));
+        }
+    }
+    Ok(Ok(members))
+}
+
 /// The precheck's model key: a switch of role or model starts counting afresh.
 fn usage_key(target: &Json) -> String {
     let name = target
@@ -1301,9 +1390,14 @@ fn render_prose(
         return Ok(Err(VAR_REASSIGNED.to_owned()));
     }
     let var_data: Value = api.raw_get("var_data")?;
-    let (args, argv, sys) = {
+    let (args, argv, sys, item) = {
         let st = shared.borrow();
-        (st.args.clone(), st.argv.clone(), st.sys.clone())
+        (
+            st.args.clone(),
+            st.argv.clone(),
+            st.sys.clone(),
+            st.item.clone(),
+        )
     };
     let sys_lookup = |name: &str| -> SysLookup {
         match sys.get(name) {
@@ -1321,7 +1415,7 @@ fn render_prose(
         } else {
             Some(Data::Json(&argv))
         },
-        item: None,
+        item: item.as_ref().map(Data::Json),
         var: Data::Lua(var_data),
         sys: &sys_lookup,
         globals: lua.globals(),
@@ -1367,6 +1461,7 @@ mod tests {
             nonce: "0123456789abcdef0123456789abcdef".into(),
             input_plugin: None,
             bound_tools: Arc::from(Vec::new()),
+            item: None,
         }
     }
 

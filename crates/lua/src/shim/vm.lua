@@ -335,6 +335,9 @@ if cfg.has_ui then
   rawset(G, 'ui', function() return host('ui') end)
 end
 
+-- 4. item, in a fanout arm's worker section.
+if cfg.has_item then rawset(G, 'item', cfg.item) end
+
 -- 5. list_from_section.
 rawset(G, 'list_from_section', function(heading)
   local items, message = host('list_from_section', heading)
@@ -370,6 +373,33 @@ rawset(G, 'untrusted', function(s)
   if math_type(s) then s = tostring(s) end
   if type(s) ~= 'string' then raise('untrusted expects a string, got ' .. arg_type(s)) end
   return host('untrusted', s)
+end)
+
+-- fanout (chapter 14): the arms run in the Engine; the results come back as read-only
+-- objects holding the caller's own members.
+local RESULT_STAND_IN = { __tostring = function(r) return r.text end }
+local function fanout_result(outcome, member)
+  local fields = { text = outcome.text, ok = outcome.ok, exhausted = outcome.exhausted, item = member }
+  return setmetatable({}, {
+    __index = fields,
+    __newindex = function() error('fanout results are read-only', 2) end,
+    __tostring = function() return fields.text end,
+    __metatable = RESULT_STAND_IN,
+  })
+end
+rawset(G, 'fanout', function(worker, collection)
+  if type(worker) ~= 'string' then
+    raise('section target must be a string, got ' .. arg_type(worker))
+  end
+  if type(collection) ~= 'table' then
+    raise("fanout's second parameter is a collection; for a list section use list_from_section(heading)")
+  end
+  local members, message = host('fanout_members', collection)
+  if members == nil then raise(message) end
+  local outcomes = suspend('fanout', { worker = worker, items = members })
+  local results = {}
+  for i = 1, #outcomes do results[i] = fanout_result(outcomes[i], members[i]) end
+  return results
 end)
 
 -- store, models, messages and compactors: the public functions are small stubs; the real
