@@ -10,6 +10,12 @@ mod models;
 mod run;
 mod source;
 
+// Every section entry builds and frees a whole Lua state, thousands of small allocations;
+// mimalloc frees and reuses them markedly faster than the system allocator (see
+// docs/benchmarks.md, section entry).
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 /// PromptForge: run Markdown prompt programs.
 #[derive(Debug, Parser)]
 #[command(name = "promptforge", version, about, propagate_version = true)]

@@ -12,6 +12,10 @@ use promptforge_lua::vm::{ArgvMode, BlockStep, SectionVm, VmConfig};
 use promptforge_syntax::Prompt;
 use serde_json::json;
 
+// The same allocator the `promptforge` binary uses, so the figures are the product's.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 const PROMPT: &str = "---\nname: bench\ndescription: d\npromptforge: 0\n---\n\n# Bench\n\n```lua shared\nfunction twice(s) return s .. s end\n```\n\n## Main\n\nSome prose.\n\n```lua\nlocal t = {}\nfor i = 1, 10 do t[i] = i end\nreturn twice('x') .. #t\n```\n";
 
 fn config() -> VmConfig {

@@ -41,7 +41,12 @@ const CANCEL_POLL_INSTRUCTIONS: u32 = 1000;
 const SHIM_NAME: &str = "=promptforge/vm.lua";
 const SHIM_SOURCE: &str = include_str!("shim/vm.lua");
 /// Shim modules loaded on a VM's first use of them: (name, chunk name, source).
-const SHIM_MODULES: [(&str, &str, &str); 3] = [
+const SHIM_MODULES: [(&str, &str, &str); 4] = [
+    (
+        "control",
+        "=promptforge/control.lua",
+        include_str!("shim/control.lua"),
+    ),
     (
         "store",
         "=promptforge/store.lua",

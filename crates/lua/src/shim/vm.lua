@@ -368,40 +368,6 @@ local function suspend(op, payload, allowed_in_shared_load)
   error(e, 0)
 end
 
--- untrusted(s): the envelope, with the run's one nonce.
-rawset(G, 'untrusted', function(s)
-  if math_type(s) then s = tostring(s) end
-  if type(s) ~= 'string' then raise('untrusted expects a string, got ' .. arg_type(s)) end
-  return host('untrusted', s)
-end)
-
--- fanout (chapter 14): the arms run in the Engine; the results come back as read-only
--- objects holding the caller's own members.
-local RESULT_STAND_IN = { __tostring = function(r) return r.text end }
-local function fanout_result(outcome, member)
-  local fields = { text = outcome.text, ok = outcome.ok, exhausted = outcome.exhausted, item = member }
-  return setmetatable({}, {
-    __index = fields,
-    __newindex = function() error('fanout results are read-only', 2) end,
-    __tostring = function() return fields.text end,
-    __metatable = RESULT_STAND_IN,
-  })
-end
-rawset(G, 'fanout', function(worker, collection)
-  if type(worker) ~= 'string' then
-    raise('section target must be a string, got ' .. arg_type(worker))
-  end
-  if type(collection) ~= 'table' then
-    raise("fanout's second parameter is a collection; for a list section use list_from_section(heading)")
-  end
-  local members, message = host('fanout_members', collection)
-  if members == nil then raise(message) end
-  local outcomes = suspend('fanout', { worker = worker, items = members })
-  local results = {}
-  for i = 1, #outcomes do results[i] = fanout_result(outcomes[i], members[i]) end
-  return results
-end)
-
 -- store, models, messages and compactors: the public functions are small stubs; the real
 -- code is a separate chunk loaded on a VM's first use of it, so sections that never touch
 -- a module never pay to load it.
@@ -454,28 +420,14 @@ P.module = module
 rawset(G, 'tools', tools)
 rawset(G, 'compactors', stubs('models', function(m) return m.compactors end, { 'fail' }))
 
--- call and jump (chapter 08). The target's string check runs at the call; `call` suspends
--- until the called chain ends, and `jump` records its target and unwinds the block (pcall
--- cannot cancel it: the recorded jump wins when the block ends).
-rawset(G, 'call', function(target, input)
-  if type(target) ~= 'string' then
-    raise('section target must be a string, got ' .. arg_type(target))
+-- untrusted, call, jump and fanout: stubs over the `control` module.
+do
+  local names = { 'untrusted', 'call', 'jump', 'fanout' }
+  for i = 1, #names do
+    local f = names[i]
+    rawset(G, f, function(...) return module('control')[f](...) end)
   end
-  if input ~= nil then check_string('input', input) end
-  return suspend('call', { target = target, input = input })
-end)
-rawset(G, 'jump', function(target)
-  if type(target) ~= 'string' then
-    raise('section target must be a string, got ' .. arg_type(target))
-  end
-  if in_shared_load then raise('jump is not available during shared library load') end
-  if P.handler_depth > 0 then
-    raise('jump is unavailable inside a local tool handler: return a value from the handler and '
-      .. 'call jump from the block after the tool call returns')
-  end
-  host('jump', target)
-  raise('jump to ' .. target)
-end)
+end
 
 -- 8. The globals of declared Plugins: promptforge/user-input's prelude defines `input`.
 if cfg.input_plugin then
