@@ -429,6 +429,24 @@ do
   end
 end
 
+-- tasks (chapter 15) is not implemented yet: its functions exist so that a prompt using one
+-- fails with a message that says so, rather than with an index of a nil global.
+local TASK_FUNCTIONS = {
+  spawn = true, join = true, join_any = true, pending = true, ready = true, status = true,
+  cancel = true, note = true, concurrency = true,
+}
+rawset(G, 'tasks', setmetatable({}, {
+  __index = function(_, k)
+    if TASK_FUNCTIONS[k] then
+      return function()
+        raise('tasks.' .. k .. ' is not supported by this PromptForge build yet (tasks, '
+          .. 'chapter 15, are not implemented; fanout covers parallel work)')
+      end
+    end
+    return nil
+  end,
+}))
+
 -- 8. The globals of declared Plugins: promptforge/user-input's prelude defines `input`.
 if cfg.input_plugin then
   local connected = cfg.input_connected
