@@ -8,6 +8,9 @@
 //! - over HTTP with the real [`OpenAiProvider`] against an instant OpenAI-shaped server on
 //!   127.0.0.1 (axum, a canned server-sent event reply), and in process with a provider that
 //!   answers at once (no HTTP), which shows the engine's own cost per round;
+//! - in process, one `models.loop` of ten rounds driven by tool calls: nine rounds where the
+//!   model calls a local tool and a last one where it answers, so each round also runs a local
+//!   tool handler and grows the list by a call and its result;
 //! - a run of the same prompt shape that makes no round, which is the fixed cost of a run
 //!   (the H1 pass and one section entry) that the per-round figures include.
 //!
@@ -29,7 +32,7 @@ use promptforge_engine::run::{ModelRound, store_answer, store_error_answer};
 use promptforge_engine::{Effect, ModelInfo, Outcome, Run, RunContext, Step, ThinkingCapability};
 use promptforge_harness::model::{
     ChatRequest, FinishReason, Message, ModelFuture, ModelLimits, ModelProvider, OpenAiOptions,
-    OpenAiProvider, Reply, ReplyObserver, ThinkingSwitch, Usage,
+    OpenAiProvider, Reply, ReplyObserver, ThinkingSwitch, ToolCall, Usage,
 };
 use promptforge_harness::store::Store;
 use promptforge_lua::vm::Answer;
@@ -59,6 +62,13 @@ fn loop_section(rounds: usize) -> String {
          models.loop(msgs)\nend\nreturn msgs[#msgs].content .. ' ' .. #msgs\n```\n"
     )
 }
+
+/// One loop whose rounds are driven by tool calls (see [`ToolCallingProvider`]).
+const TOOL_LOOP: &str = "## Count\n\n```lua\nlocal total = 0\n\
+tools.add_local('count', 'Adds one to the running total', { n = 'integer' }, function(a)\n  \
+total = total + a.n\n  return 'total ' .. total\nend)\n\
+local msgs = messages.new():user('Count to nine with the tool, then say done.')\n\
+models.loop(msgs)\nreturn msgs[#msgs].content .. ' ' .. total .. ' ' .. #msgs\n```\n";
 
 const NO_ROUND: &str = "## Ask\n\n```lua\nlocal s = 'Say hello in two words.'\nreturn s\n```\n";
 
@@ -157,6 +167,51 @@ impl ModelProvider for InstantProvider {
     }
 }
 
+/// Calls the `count` tool until the request holds nine tool results, then answers: a
+/// ten-round `models.loop` with nine tool rounds.
+#[derive(Debug)]
+struct ToolCallingProvider;
+
+impl ModelProvider for ToolCallingProvider {
+    fn stream<'a>(
+        &'a self,
+        request: &'a ChatRequest,
+        observer: &'a dyn ReplyObserver,
+    ) -> ModelFuture<'a> {
+        Box::pin(async move {
+            let results = request
+                .messages
+                .iter()
+                .filter(|m| matches!(m, Message::Tool { .. }))
+                .count();
+            let usage = Some(Usage {
+                prompt_tokens: 20,
+                completion_tokens: 3,
+                reasoning_tokens: None,
+            });
+            if results >= LOOP_ROUNDS - 1 {
+                observer.text(REPLY);
+                return Ok(Reply {
+                    text: REPLY.to_owned(),
+                    finish_reason: Some(FinishReason::Stop),
+                    usage,
+                    ..Reply::default()
+                });
+            }
+            Ok(Reply {
+                tool_calls: vec![ToolCall {
+                    id: format!("call_{results}"),
+                    name: "count".to_owned(),
+                    arguments: json!({"n": 1}),
+                }],
+                finish_reason: Some(FinishReason::ToolCalls),
+                usage,
+                ..Reply::default()
+            })
+        })
+    }
+}
+
 // --- The Host loop ----------------------------------------------------------------------------
 
 /// A Host with one current model, performing rounds on a current-thread runtime as the CLI
@@ -215,7 +270,12 @@ impl Host {
     }
 
     fn round(&self, round: &ModelRound) -> Answer {
-        let request = chat_request(round);
+        let mut request = chat_request(round);
+        request.tools = round
+            .tools
+            .iter()
+            .map(|t| serde_json::from_value(t.clone()).unwrap())
+            .collect();
         let reply = self
             .runtime
             .block_on(self.provider.complete(&request))
@@ -253,7 +313,11 @@ fn chat_request(round: &ModelRound) -> ChatRequest {
 fn reply_json(reply: &Reply) -> Json {
     json!({
         "text": reply.text,
-        "tool_calls": [],
+        "tool_calls": reply
+            .tool_calls
+            .iter()
+            .map(|c| json!({"id": c.id, "name": c.name, "arguments": c.arguments}))
+            .collect::<Vec<_>>(),
         "finish_reason": reply.finish_reason.as_ref().map(FinishReason::as_str),
         "usage": reply.usage.map(|u| json!({
             "prompt_tokens": u.prompt_tokens,
@@ -296,6 +360,12 @@ fn bench_engine_models(c: &mut Criterion) {
     .unwrap();
     let mut http = Host::new(Arc::new(openai));
     let mut local = Host::new(Arc::new(InstantProvider));
+    let mut tool_calling = Host::new(Arc::new(ToolCallingProvider));
+    let tool_loop = prompt(TOOL_LOOP);
+    assert_eq!(
+        tool_calling.drive(&tool_loop),
+        Outcome::Completed(format!("{REPLY} {} {}", LOOP_ROUNDS - 1, 2 * LOOP_ROUNDS))
+    );
 
     // The prompts do what the direct baselines do.
     for host in [&mut http, &mut local] {
@@ -345,6 +415,9 @@ fn bench_engine_models(c: &mut Criterion) {
     });
     group.bench_function("in-process/loop 10 rounds/direct", |b| {
         b.iter(|| local.direct(&loop_direct));
+    });
+    group.bench_function("in-process/tool loop 10 rounds/engine", |b| {
+        b.iter(|| black_box(tool_calling.drive(&tool_loop)));
     });
     group.bench_function("in-process/loop 40 rounds/engine", |b| {
         b.iter(|| black_box(local.drive(&long_loops)));
