@@ -436,6 +436,13 @@ const TEMPLATES: &[&str] = &[
     "(@V@).field = 1",
     "local _ = xpcall(error, function(e) return e end, @V@)",
     "g_value = @V@",
+    "local _ = fanout('### Worker', @V@)",
+    "local _ = fanout(@V@, { 'a' })",
+    "local _ = fanout('### Worker', { @V@, 'two' })",
+    "local _ = call(@V@)",
+    "local _ = call('## Items', @V@)",
+    "jump(@V@)",
+    "local _ = untrusted(@V@)",
 ];
 
 /// Statements that need no value.
@@ -529,6 +536,13 @@ const STATEMENTS: &[&str] = &[
     "local _ = list_from_section('## Items')[1]",
     "local _ = list_from_section('### Child')",
     "local _ = sys.id .. sys.when .. sys.section_name .. sys.taskid .. sys.section_count .. sys.execution",
+    "local r = fanout('### Worker', { 1, 'x', { n = 3 } }) r[1].text = 'forged'",
+    "local r = fanout('### Worker', { b = 1, a = 2 }) for i = 1, #r do local _ = tostring(r[i]) .. r[i].text end",
+    "local r = fanout('### Worker', list_from_section('## Items')) setmetatable(r[1], nil)",
+    "local _ = fanout('### Child', { 1 })",
+    "local _ = fanout('### Worker', {})",
+    "local _ = call('### Worker')",
+    "local _ = tasks.spawn('### Worker')",
 ];
 
 /// One generated statement, maybe wrapped in `pcall`.
@@ -652,6 +666,11 @@ fn lua_prompt() -> impl Strategy<Value = String> {
                 ));
                 text.push_str("### Child\n\n- c1\n- c2\n\n");
                 text.push_str(&format!("## B\n\n```lua\n{b}```\n\n"));
+                // A worker section that fails for one member, so fanouts see arm failures.
+                text.push_str(
+                    "### Worker\n\n```lua\nif item == 'two' then error('bad two') end\n\
+                     return tostring(item) .. sys.index\n```\n\n",
+                );
                 text.push_str("## Items\n\n- one\n- two\n");
                 text
             },
