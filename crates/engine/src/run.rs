@@ -1124,15 +1124,37 @@ impl Run {
             ),
             None => (parent.args.clone(), parent.argv.clone()),
         };
-        let siblings = self.siblings_of(id).to_vec();
-        let next = siblings.iter().position(|s| *s == id).unwrap_or(0);
-        let Some(parent) = self.chains.last_mut() else {
-            return Dispatch::Answer(lua_error_answer("no chain is running".into()));
-        };
-        let chain_id = format!("{}.{}", parent.id, parent.children);
+        match self.child_chain(id, depth, var, args, argv, None) {
+            Some(chain) => Dispatch::Call(Box::new(chain)),
+            None => Dispatch::Answer(lua_error_answer("no chain is running".into())),
+        }
+    }
+
+    /// A child chain of the top chain, under the top chain's next child id, whose walk starts
+    /// at section `start` among its siblings; `None` when no chain is running. A fanout arm
+    /// (`arm`: its member and position) is a task of its own; any other child runs in its
+    /// parent's task.
+    fn child_chain(
+        &mut self,
+        start: SectionId,
+        depth: u32,
+        var: Json,
+        args: String,
+        argv: Json,
+        arm: Option<(Json, usize)>,
+    ) -> Option<Chain> {
+        let siblings = self.siblings_of(start).to_vec();
+        let next = siblings.iter().position(|s| *s == start).unwrap_or(0);
+        let parent = self.chains.last_mut()?;
+        let id = format!("{}.{}", parent.id, parent.children);
         parent.children += 1;
-        Dispatch::Call(Box::new(Chain {
-            id: chain_id,
+        let task_id = if arm.is_some() {
+            id.clone()
+        } else {
+            parent.task_id.clone()
+        };
+        Some(Chain {
+            id,
             entries: 0,
             children: 0,
             levels: vec![Level { siblings, next }],
@@ -1141,10 +1163,10 @@ impl Run {
             argv,
             depth,
             entry: None,
-            task_id: parent.task_id.clone(),
-            item: None,
+            task_id,
+            item: arm,
             fanout: None,
-        }))
+        })
     }
 
     /// `fanout(worker, collection)`: one arm per member, each a task chain one level deeper,
@@ -1184,38 +1206,21 @@ impl Run {
             Err(failure) => return Dispatch::Answer(lua_error_answer(failure.message)),
         };
         let (args, argv) = (parent.args.clone(), parent.argv.clone());
-        let siblings = self.siblings_of(id).to_vec();
-        let next = siblings.iter().position(|s| *s == id).unwrap_or(0);
         let caller_claims = self.claim_ref;
         let mut arms = Vec::with_capacity(items.len());
         for (index, item) in items.into_iter().enumerate() {
-            let Some(parent) = self.chains.last_mut() else {
+            let arm = Some((item.clone(), index + 1));
+            let Some(chain) =
+                self.child_chain(id, depth, var.clone(), args.clone(), argv.clone(), arm)
+            else {
                 break;
             };
-            let chain_id = format!("{}.{}", parent.id, parent.children);
-            parent.children += 1;
             let claims = self
                 .claims
-                .fork(caller_claims, chain_id.clone())
+                .fork(caller_claims, chain.id.clone())
                 .unwrap_or(caller_claims);
             arms.push(Arm {
-                stack: vec![Chain {
-                    id: chain_id.clone(),
-                    entries: 0,
-                    children: 0,
-                    levels: vec![Level {
-                        siblings: siblings.clone(),
-                        next,
-                    }],
-                    var: var.clone(),
-                    args: args.clone(),
-                    argv: argv.clone(),
-                    depth,
-                    entry: None,
-                    task_id: chain_id,
-                    item: Some((item.clone(), index + 1)),
-                    fanout: None,
-                }],
+                stack: vec![chain],
                 claims,
                 item,
                 end: None,
