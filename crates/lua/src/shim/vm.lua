@@ -420,13 +420,9 @@ P.module = module
 rawset(G, 'tools', tools)
 rawset(G, 'compactors', stubs('models', function(m) return m.compactors end, { 'fail' }))
 
--- untrusted, call, jump and fanout: stubs over the `control` module.
-do
-  local names = { 'untrusted', 'call', 'jump', 'fanout' }
-  for i = 1, #names do
-    local f = names[i]
-    rawset(G, f, function(...) return module('control')[f](...) end)
-  end
+-- untrusted, call, jump and fanout: globals, stubs over the `control` module.
+for name, stub in next, stubs('control', whole, { 'untrusted', 'call', 'jump', 'fanout' }) do
+  rawset(G, name, stub)
 end
 
 -- tasks (chapter 15) is not implemented yet: its functions exist so that a prompt using one
