@@ -32,7 +32,7 @@ use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
 use serde_json::{Map, Value, json};
 
 use super::error::{ModelError, classify_stream_error};
-use super::http::{EventStream, build_client, post_event_stream};
+use super::http::{EventStream, build_client, key_header, post_event_stream};
 use super::openai::decode_arguments;
 use super::provider::{ModelFuture, ModelLimits, ModelProvider, ReplyObserver};
 use super::types::{
@@ -130,24 +130,19 @@ impl AnthropicProvider {
         request: &ChatRequest,
         observer: &dyn ReplyObserver,
     ) -> Result<Reply, ModelError> {
-        let body = serde_json::to_vec(&self.request_body(request))
-            .map_err(|e| ModelError::malformed(format!("could not encode the request: {e}")))?;
         let mut headers = HeaderMap::new();
         headers.insert(
             HeaderName::from_static("anthropic-version"),
             HeaderValue::from_static(ANTHROPIC_VERSION),
         );
         if let Some(key) = &self.api_key {
-            let value = HeaderValue::from_str(key).map_err(|_| ModelError::Transport {
-                detail: "the API key holds characters an HTTP header cannot carry".into(),
-            })?;
-            headers.insert(HeaderName::from_static("x-api-key"), value);
+            headers.insert(HeaderName::from_static("x-api-key"), key_header(key)?);
         }
         let events = post_event_stream(
             &self.client,
             &self.url,
             headers,
-            body,
+            &self.request_body(request),
             self.limits,
             &self.hint,
         )

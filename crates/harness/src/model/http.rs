@@ -66,7 +66,14 @@ fn transport(err: &reqwest::Error, url: &str, hint: &str) -> ModelError {
     ModelError::Transport { detail }
 }
 
-/// POST `body` (JSON) to `url` and return the reply as a stream of SSE events.
+/// An API key as a header value (`text` is the whole value, such as `Bearer KEY`).
+pub(crate) fn key_header(text: &str) -> Result<HeaderValue, ModelError> {
+    HeaderValue::from_str(text).map_err(|_| ModelError::Transport {
+        detail: "the API key holds characters an HTTP header cannot carry".into(),
+    })
+}
+
+/// POST `body` (encoded as JSON here) to `url` and return the reply as a stream of SSE events.
 ///
 /// Waits at most `limits.receive_timeout` for the headers. A non-success status is read
 /// (capped, under the same timeout) and classified; a success reply becomes an event stream
@@ -76,10 +83,12 @@ pub(crate) async fn post_event_stream(
     client: &reqwest::Client,
     url: &str,
     headers: HeaderMap,
-    body: Vec<u8>,
+    body: &serde_json::Value,
     limits: ModelLimits,
     hint: &str,
 ) -> Result<EventStream, ModelError> {
+    let body = serde_json::to_vec(body)
+        .map_err(|e| ModelError::malformed(format!("could not encode the request: {e}")))?;
     let request = client
         .post(url)
         .headers(headers)

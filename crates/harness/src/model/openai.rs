@@ -22,12 +22,12 @@
 use std::fmt;
 
 use futures_util::StreamExt;
-use reqwest::header::{AUTHORIZATION, HeaderMap, HeaderValue};
+use reqwest::header::{AUTHORIZATION, HeaderMap};
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
 
 use super::error::{ModelError, classify_stream_error};
-use super::http::{EventStream, build_client, post_event_stream};
+use super::http::{EventStream, build_client, key_header, post_event_stream};
 use super::provider::{ModelFuture, ModelLimits, ModelProvider, ReplyObserver};
 use super::types::{
     ChatRequest, Content, ContentPart, FinishReason, Message, ReasoningBlock, Reply,
@@ -148,22 +148,15 @@ impl OpenAiProvider {
         request: &ChatRequest,
         observer: &dyn ReplyObserver,
     ) -> Result<Reply, ModelError> {
-        let body = serde_json::to_vec(&self.request_body(request))
-            .map_err(|e| ModelError::malformed(format!("could not encode the request: {e}")))?;
         let mut headers = HeaderMap::new();
         if let Some(key) = &self.api_key {
-            let value = HeaderValue::from_str(&format!("Bearer {key}")).map_err(|_| {
-                ModelError::Transport {
-                    detail: "the API key holds characters an HTTP header cannot carry".into(),
-                }
-            })?;
-            headers.insert(AUTHORIZATION, value);
+            headers.insert(AUTHORIZATION, key_header(&format!("Bearer {key}"))?);
         }
         let events = post_event_stream(
             &self.client,
             &self.url,
             headers,
-            body,
+            &self.request_body(request),
             self.limits,
             &self.hint,
         )
