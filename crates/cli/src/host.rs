@@ -9,11 +9,10 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use promptforge_engine::run::{ModelRound, ModelTarget, store_answer, store_error_answer};
+use promptforge_engine::run::{ModelRound, store_answer, store_error_answer};
 use promptforge_engine::{Effect, Event, Outcome, Run, Step};
 use promptforge_harness::model::{
-    ChatRequest, FinishReason, Message, ModelDescription, ModelError, ModelProvider, Reply,
-    ThinkingSwitch, ToolSpec,
+    ModelDescription, ModelError, ModelProvider, reply_answer, round_request,
 };
 use promptforge_harness::store::Store;
 use promptforge_lua::vm::{Answer, ErrorValue};
@@ -191,7 +190,7 @@ impl Host {
         let Some(model) = &self.model else {
             return internal("model access is turned off or not configured", "Completion");
         };
-        let request = match chat_request(&model.description, &round) {
+        let request = match round_request(&model.description.model, &round) {
             Ok(request) => request,
             Err(message) => return internal(message, "Internal"),
         };
@@ -212,64 +211,10 @@ impl Host {
             // Cancelled: the run ends as cancelled at its next step; this answer is never read
             // as a failed model call.
             None => internal("cancelled", "Cancelled"),
-            Some(Ok(reply)) => Answer::Value(reply_json(&reply)),
+            Some(Ok(reply)) => Answer::Value(reply_answer(&reply)),
             Some(Err(err)) => model_failure(&round, &err),
         }
     }
-}
-
-/// The engine's round as the provider's request.
-fn chat_request(model: &ModelDescription, round: &ModelRound) -> Result<ChatRequest, String> {
-    let messages = round
-        .messages
-        .iter()
-        .map(|m| serde_json::from_value::<Message>(m.clone()))
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| format!("the engine composed a message the provider cannot send: {e}"))?;
-    let tools = round
-        .tools
-        .iter()
-        .map(|t| serde_json::from_value::<ToolSpec>(t.clone()))
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| format!("the engine offered a tool the provider cannot send: {e}"))?;
-    let ModelTarget {
-        thinking,
-        temperature,
-        max_tokens,
-        ..
-    } = &round.model;
-    let mut request = ChatRequest::new(model.model.clone(), messages);
-    request.tools = tools;
-    request.temperature = *temperature;
-    request.max_tokens = max_tokens.and_then(|n| u32::try_from(n).ok());
-    request.thinking = ThinkingSwitch::from(*thinking);
-    Ok(request)
-}
-
-/// A provider reply as the JSON the shim reads.
-fn reply_json(reply: &Reply) -> Json {
-    let calls: Vec<Json> = reply
-        .tool_calls
-        .iter()
-        .map(|c| json!({"id": c.id, "name": c.name, "arguments": c.arguments}))
-        .collect();
-    let finish = reply.finish_reason.as_ref().map(|f| match f {
-        FinishReason::Stop => "stop".to_owned(),
-        FinishReason::Length => "length".to_owned(),
-        FinishReason::ToolCalls => "tool_calls".to_owned(),
-        FinishReason::ContentFilter => "content_filter".to_owned(),
-        FinishReason::Other(other) => other.clone(),
-    });
-    json!({
-        "text": reply.text,
-        "tool_calls": calls,
-        "finish_reason": finish,
-        "usage": reply.usage.as_ref().map(|u| json!({
-            "prompt_tokens": u.prompt_tokens,
-            "completion_tokens": u.completion_tokens,
-            "reasoning_tokens": u.reasoning_tokens,
-        })),
-    })
 }
 
 /// A failed round: a `models.loop` round that overflowed the context goes to its compactor;

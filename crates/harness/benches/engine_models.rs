@@ -15,8 +15,9 @@
 //!   (the H1 pass and one section entry) that the per-round figures include.
 //!
 //! Engine overhead per round = (engine time − direct time) / rounds. The Host loop here does
-//! what the CLI Host does per round: the engine's JSON messages become a [`ChatRequest`], the
-//! provider's [`Reply`] becomes the JSON the shim reads.
+//! what the CLI Host does per round, with the same functions: [`round_request`] turns the
+//! engine's round into a [`ChatRequest`], [`reply_answer`] the provider's [`Reply`] into the
+//! JSON the shim reads.
 
 use std::hint::black_box;
 use std::sync::Arc;
@@ -32,7 +33,7 @@ use promptforge_engine::run::{ModelRound, store_answer, store_error_answer};
 use promptforge_engine::{Effect, ModelInfo, Outcome, Run, RunContext, Step, ThinkingCapability};
 use promptforge_harness::model::{
     ChatRequest, FinishReason, Message, ModelFuture, ModelLimits, ModelProvider, OpenAiOptions,
-    OpenAiProvider, Reply, ReplyObserver, ThinkingSwitch, ToolCall, Usage,
+    OpenAiProvider, Reply, ReplyObserver, ToolCall, Usage, reply_answer, round_request,
 };
 use promptforge_harness::store::Store;
 use promptforge_lua::vm::Answer;
@@ -270,17 +271,12 @@ impl Host {
     }
 
     fn round(&self, round: &ModelRound) -> Answer {
-        let mut request = chat_request(round);
-        request.tools = round
-            .tools
-            .iter()
-            .map(|t| serde_json::from_value(t.clone()).unwrap())
-            .collect();
+        let request = round_request(MODEL, round).unwrap();
         let reply = self
             .runtime
             .block_on(self.provider.complete(&request))
             .unwrap();
-        Answer::Value(reply_json(&reply))
+        Answer::Value(reply_answer(&reply))
     }
 
     /// The same rounds without the engine: the requests a Host would send, built directly.
@@ -293,38 +289,6 @@ impl Host {
             black_box(reply);
         }
     }
-}
-
-/// The engine's round as the provider's request (what the CLI Host does).
-fn chat_request(round: &ModelRound) -> ChatRequest {
-    let messages = round
-        .messages
-        .iter()
-        .map(|m| serde_json::from_value::<Message>(m.clone()).unwrap())
-        .collect();
-    let mut request = ChatRequest::new(MODEL, messages);
-    request.temperature = round.model.temperature;
-    request.max_tokens = round.model.max_tokens.and_then(|n| u32::try_from(n).ok());
-    request.thinking = ThinkingSwitch::from(round.model.thinking);
-    request
-}
-
-/// A reply as the JSON the shim reads.
-fn reply_json(reply: &Reply) -> Json {
-    json!({
-        "text": reply.text,
-        "tool_calls": reply
-            .tool_calls
-            .iter()
-            .map(|c| json!({"id": c.id, "name": c.name, "arguments": c.arguments}))
-            .collect::<Vec<_>>(),
-        "finish_reason": reply.finish_reason.as_ref().map(FinishReason::as_str),
-        "usage": reply.usage.map(|u| json!({
-            "prompt_tokens": u.prompt_tokens,
-            "completion_tokens": u.completion_tokens,
-            "reasoning_tokens": u.reasoning_tokens,
-        })),
-    })
 }
 
 /// The requests the prompts send, built without the engine.

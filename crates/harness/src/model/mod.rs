@@ -24,6 +24,7 @@ mod error;
 mod http;
 mod openai;
 mod provider;
+mod round;
 mod scripted;
 mod types;
 
@@ -35,6 +36,7 @@ pub use catalog::{
 pub use error::{ModelError, OversizeKind, classify_http_failure, is_context_overflow_text};
 pub use openai::{MaxTokensField, OpenAiOptions, OpenAiProvider, OpenAiThinking};
 pub use provider::{IgnoreFragments, ModelFuture, ModelLimits, ModelProvider, ReplyObserver};
+pub use round::{reply_answer, round_request};
 pub use scripted::{Script, ScriptEntry, ScriptError, ScriptedModel, ScriptedReply};
 pub use types::{
     ChatRequest, Content, ContentPart, FinishReason, ImageUrl, Message, ModelDescription,
