@@ -1,22 +1,28 @@
-//! The CLI Host's side of a run: performing the engine's effects for real.
+//! The CLI Host's side of a run: performing the engine's effects for real, all at once.
 //!
-//! The engine issues effects in a deterministic order; the Host performs them in that issue
-//! order (so the scripted model answers rounds in engine issue order) and resumes the run with
-//! each answer. Model rounds go to the current model's provider on a tokio runtime; a cancel
-//! (Ctrl-C) stops the wait at once.
+//! Every effect a step issues starts at once: store operations are performed on the spot (the
+//! protocol wants them answered before the next step), model rounds and timers run as tasks on
+//! a tokio runtime, and operator questions go, one at a time, to the person at the terminal.
+//! Each answer is handed to the run as it arrives and the run steps again; the engine takes
+//! answers in an order of its own, so what the run does never depends on which answer came
+//! first. A Ctrl-C wakes the loop, the run ends cancelled, and everything in flight is dropped.
 
+use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::Duration;
 
-use promptforge_engine::run::{ModelRound, store_answer, store_error_answer};
-use promptforge_engine::{Effect, Event, Outcome, Run, Step};
+use promptforge_engine::protocol::{
+    Answer, Effect, EffectId, ErrorValue, ModelRound, RunErrorKind, Step, store_answer,
+    store_error_answer,
+};
+use promptforge_engine::{Event, Outcome, Run};
 use promptforge_harness::model::{
     ModelDescription, ModelError, ModelProvider, reply_answer, round_request,
 };
 use promptforge_harness::store::Store;
-use promptforge_lua::vm::{Answer, ErrorValue};
-use serde_json::{Map, Value as Json, json};
+use serde_json::{Value as Json, json};
+use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender, unbounded_channel};
+use tokio::task::AbortHandle;
 
 /// The current model: its catalog description and the provider that answers its rounds.
 #[derive(Debug, Clone)]
@@ -32,7 +38,7 @@ pub struct CurrentModel {
 #[derive(Debug)]
 pub enum Operator {
     /// `--input TEXT` answers, in order.
-    Scripted(std::collections::VecDeque<String>),
+    Scripted(VecDeque<String>),
     /// A person at the terminal on stdin.
     Terminal,
     /// No input broker.
@@ -52,176 +58,285 @@ pub const ASK_TOOL_PATH: &str = "promptforge/user-input/ask";
 /// The fixed answer when nobody is there to ask (chapter 05).
 const NO_OPERATOR: &str = "User input is unavailable in this host; continue without it.";
 
+/// What reaches the Host's loop from work in flight.
+#[derive(Debug)]
+pub enum HostMessage {
+    /// An effect's answer.
+    Answer(EffectId, Answer),
+    /// Look at the cancel flag (sent by the Ctrl-C handler).
+    Wake,
+}
+
+/// The two ends of the Host's message channel; the sender also goes to the Ctrl-C handler.
+pub fn channel() -> (UnboundedSender<HostMessage>, UnboundedReceiver<HostMessage>) {
+    unbounded_channel()
+}
+
+/// How an operator answer is shaped: `input.ask()` reads `{text, available}`, the ask tool
+/// only the text.
+#[derive(Debug, Clone, Copy)]
+enum AskShape {
+    Ask,
+    Tool,
+}
+
 /// Performs effects for one run.
 #[derive(Debug)]
 pub struct Host {
     model: Option<CurrentModel>,
-    operator: std::cell::RefCell<Operator>,
-    store: std::cell::RefCell<Store>,
+    operator: Operator,
+    store: Store,
     cancel: Arc<AtomicBool>,
     runtime: tokio::runtime::Runtime,
+    tx: UnboundedSender<HostMessage>,
+    rx: UnboundedReceiver<HostMessage>,
+    /// The terminal operator's thread, started on the first question.
+    terminal: Option<std::sync::mpsc::Sender<(EffectId, AskShape)>>,
 }
 
 /// An `internal` error value for a failure on the Harness's side.
-fn internal(message: impl Into<String>, run_kind: &str) -> Answer {
-    Answer::Error(ErrorValue {
-        kind: "internal".into(),
-        message: message.into(),
-        fields: Json::Object(Map::new()),
-        run_kind: run_kind.into(),
-    })
+fn internal(message: impl Into<String>, run_kind: RunErrorKind) -> Answer {
+    Answer::Error(ErrorValue::new("internal", message, Some(run_kind)))
+}
+
+/// A `tool` error value: a failed tool call or operator question.
+fn tool_failure(message: &str) -> Answer {
+    Answer::Error(ErrorValue::new(
+        "tool",
+        format!("tool call failure: {message}"),
+        Some(RunErrorKind::Tool),
+    ))
+}
+
+/// An operator's answer in the shape its caller reads.
+fn operator_answer(shape: AskShape, text: String, available: bool) -> Answer {
+    match shape {
+        AskShape::Ask => Answer::Value(json!({"text": text, "available": available})),
+        AskShape::Tool => Answer::Value(Json::String(text)),
+    }
 }
 
 impl Host {
-    /// A Host with this current model (or none), store and cancel flag.
+    /// A Host with this current model (or none), store, operator, cancel flag and message
+    /// channel.
     pub fn new(
         model: Option<CurrentModel>,
         store: Store,
         operator: Operator,
         cancel: Arc<AtomicBool>,
+        (tx, rx): (UnboundedSender<HostMessage>, UnboundedReceiver<HostMessage>),
     ) -> Result<Host, String> {
-        let runtime = tokio::runtime::Builder::new_current_thread()
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
             .enable_all()
             .build()
             .map_err(|e| format!("cannot start the async runtime: {e}"))?;
         Ok(Host {
             model,
-            operator: std::cell::RefCell::new(operator),
-            store: std::cell::RefCell::new(store),
+            operator,
+            store,
             cancel,
             runtime,
+            tx,
+            rx,
+            terminal: None,
         })
     }
 
     /// The run's store (to collect the output file after the run).
-    pub fn store(&self) -> std::cell::Ref<'_, Store> {
-        self.store.borrow()
+    pub fn store(&self) -> &Store {
+        &self.store
     }
 
     /// Drive a run to its end, handing every event to `on_event` as it happens.
-    pub fn drive(&self, run: &mut Run, on_event: &mut dyn FnMut(&Event)) -> Outcome {
+    pub fn drive(&mut self, run: &mut Run, on_event: &mut dyn FnMut(&Event)) -> Outcome {
+        let mut in_flight: BTreeMap<EffectId, AbortHandle> = BTreeMap::new();
         loop {
             let step = run.step();
             for event in run.take_events() {
                 on_event(&event);
             }
-            match step {
-                Step::Done(outcome) => return outcome,
-                Step::Effects(effects) => {
-                    if effects.is_empty() {
-                        // Blocked with nothing issued: nothing can answer, so stop the run.
-                        run.cancel();
+            let batch = match step {
+                Step::Done(outcome) => {
+                    for handle in in_flight.values() {
+                        handle.abort();
                     }
-                    for (id, effect) in effects {
-                        let answer = self.perform(effect);
-                        run.resume(id, answer);
-                    }
+                    return outcome;
                 }
+                Step::Effects(batch) => batch,
+            };
+            for id in &batch.withdrawn {
+                if let Some(handle) = in_flight.remove(id) {
+                    handle.abort();
+                }
+            }
+            let mut answered = false;
+            for (id, effect) in batch.issued {
+                match self.start(id, effect) {
+                    Started::Now(answer) => {
+                        run.resume(id, answer);
+                        answered = true;
+                    }
+                    Started::Task(handle) => {
+                        in_flight.insert(id, handle);
+                    }
+                    Started::Later => {}
+                }
+            }
+            if answered {
+                continue;
+            }
+            // Wait for the next answer (or a Ctrl-C), then take every one that has arrived.
+            let Some(first) = self.rx.blocking_recv() else {
+                run.cancel();
+                continue;
+            };
+            let mut message = Some(first);
+            while let Some(next) = message {
+                if let HostMessage::Answer(id, answer) = next {
+                    in_flight.remove(&id);
+                    run.resume(id, answer);
+                }
+                message = self.rx.try_recv().ok();
+            }
+            if self.cancel.load(Ordering::Relaxed) {
+                run.cancel();
             }
         }
     }
 
-    fn perform(&self, effect: Effect) -> Answer {
+    /// Start one effect.
+    fn start(&mut self, id: EffectId, effect: Effect) -> Started {
         match effect {
-            Effect::ModelRound(round) => self.model_round(round),
-            Effect::Store(op) => match self.store.borrow_mut().perform(&op) {
+            Effect::Store(op) => Started::Now(match self.store.perform(&op) {
                 Ok(answer) => store_answer(answer),
                 Err(err) => store_error_answer(&err),
-            },
-            Effect::Ask => self.ask(),
-            Effect::Tool { alias, path, .. } => self.tool(&alias, &path),
-        }
-    }
-
-    /// A bound tool's call. The Host's only Plugin tool is `promptforge/user-input/ask`: the
-    /// operator's next message, as trusted text.
-    fn tool(&self, alias: &str, path: &str) -> Answer {
-        if path == ASK_TOOL_PATH {
-            return match self.ask() {
-                Answer::Value(value) => {
-                    Answer::Value(value.get("text").cloned().unwrap_or_default())
-                }
-                failure => failure,
-            };
-        }
-        Answer::Error(ErrorValue {
-            kind: "tool".into(),
-            message: format!("tool call failure: this Host has no tool at {path} (alias {alias})"),
-            fields: Json::Object(Map::new()),
-            run_kind: "Tool".into(),
-        })
-    }
-
-    /// `input.ask()`: the operator's next message.
-    fn ask(&self) -> Answer {
-        let answered = |text: String| Answer::Value(json!({"text": text, "available": true}));
-        let failed = |message: &str| {
-            Answer::Error(ErrorValue {
-                kind: "tool".into(),
-                message: format!("tool call failure: {message}"),
-                fields: Json::Object(Map::new()),
-                run_kind: "Tool".into(),
-            })
-        };
-        match &mut *self.operator.borrow_mut() {
-            Operator::Nobody => Answer::Value(json!({"text": NO_OPERATOR, "available": false})),
-            Operator::Scripted(answers) => match answers.pop_front() {
-                Some(text) => answered(text),
-                None => failed("the operator has no more answers"),
-            },
-            Operator::Terminal => {
-                use std::io::{BufRead, Write};
-                eprint!("> ");
-                let _ = std::io::stderr().flush();
-                let mut line = String::new();
-                match std::io::stdin().lock().read_line(&mut line) {
-                    Ok(0) => failed("the operator closed the input"),
-                    Ok(_) => {
-                        let text = line.strip_suffix('\n').unwrap_or(&line);
-                        answered(text.strip_suffix('\r').unwrap_or(text).to_owned())
-                    }
-                    Err(e) => failed(&format!("cannot read the operator's answer: {e}")),
+            }),
+            Effect::ModelRound(round) => self.model_round(id, round),
+            Effect::Timer { duration } => {
+                let tx = self.tx.clone();
+                Started::Task(
+                    self.runtime
+                        .spawn(async move {
+                            tokio::time::sleep(duration).await;
+                            let _ = tx.send(HostMessage::Answer(id, Answer::Value(Json::Null)));
+                        })
+                        .abort_handle(),
+                )
+            }
+            Effect::Ask => self.ask(id, AskShape::Ask),
+            Effect::Tool { alias, path, .. } => {
+                // The Host's only Plugin tool is the operator's ask tool.
+                if path == ASK_TOOL_PATH {
+                    self.ask(id, AskShape::Tool)
+                } else {
+                    Started::Now(tool_failure(&format!(
+                        "this Host has no tool at {path} (alias {alias})"
+                    )))
                 }
             }
         }
     }
 
-    fn model_round(&self, round: ModelRound) -> Answer {
+    /// An operator question: answered at once from `--input` or by nobody; asked on the
+    /// terminal, one question at a time, otherwise.
+    fn ask(&mut self, id: EffectId, shape: AskShape) -> Started {
+        match &mut self.operator {
+            Operator::Nobody => Started::Now(operator_answer(shape, NO_OPERATOR.into(), false)),
+            Operator::Scripted(answers) => Started::Now(match answers.pop_front() {
+                Some(text) => operator_answer(shape, text, true),
+                None => tool_failure("the operator has no more answers"),
+            }),
+            Operator::Terminal => {
+                let tx = self.tx.clone();
+                let terminal = self.terminal.get_or_insert_with(|| spawn_terminal(tx));
+                if terminal.send((id, shape)).is_err() {
+                    return Started::Now(tool_failure("the operator's terminal is gone"));
+                }
+                Started::Later
+            }
+        }
+    }
+
+    /// A model round: answered at once by a provider that needs no I/O (the scripted model,
+    /// which so binds each reply in issue order), else run as a task on the runtime.
+    fn model_round(&self, id: EffectId, round: ModelRound) -> Started {
         let Some(model) = &self.model else {
-            return internal("model access is turned off or not configured", "Completion");
+            return Started::Now(internal(
+                "model access is turned off or not configured",
+                RunErrorKind::Completion,
+            ));
         };
         let request = match round_request(&model.description.model, &round) {
             Ok(request) => request,
-            Err(message) => return internal(message, "Internal"),
+            Err(message) => return Started::Now(internal(message, RunErrorKind::Internal)),
         };
-        let provider = model.provider.clone();
-        let cancel = self.cancel.clone();
-        let result = self.runtime.block_on(async move {
-            let watch = async {
-                while !cancel.load(Ordering::Relaxed) {
-                    tokio::time::sleep(Duration::from_millis(25)).await;
-                }
-            };
-            tokio::select! {
-                reply = provider.complete(&request) => Some(reply),
-                () = watch => None,
-            }
-        });
-        match result {
-            // Cancelled: the run ends as cancelled at its next step; this answer is never read
-            // as a failed model call.
-            None => internal("cancelled", "Cancelled"),
-            Some(Ok(reply)) => Answer::Value(reply_answer(&reply)),
-            Some(Err(err)) => model_failure(&round, &err),
+        if let Some(result) = model.provider.answer_at_once(&request) {
+            return Started::Now(round_answer(round.infer, result));
         }
+        let provider = model.provider.clone();
+        let tx = self.tx.clone();
+        let infer = round.infer;
+        Started::Task(
+            self.runtime
+                .spawn(async move {
+                    let result = provider.complete(&request).await;
+                    let _ = tx.send(HostMessage::Answer(id, round_answer(infer, result)));
+                })
+                .abort_handle(),
+        )
     }
 }
 
-/// A failed round: a `models.loop` round that overflowed the context goes to its compactor;
-/// every other failure is an `internal` error value (run error kind `Completion`).
-fn model_failure(round: &ModelRound, err: &ModelError) -> Answer {
-    if !round.infer && err.is_context_overflow() {
-        return Answer::Value(json!({"overflow": true}));
+/// How a started effect will be answered.
+enum Started {
+    /// Right now.
+    Now(Answer),
+    /// By a task on the runtime (abortable).
+    Task(AbortHandle),
+    /// Through the message channel, by the operator's thread.
+    Later,
+}
+
+/// A round's result as the engine reads it: a `models.loop` round that overflowed the context
+/// goes to its compactor; every other failure is an `internal` error value (run error kind
+/// `Completion`).
+fn round_answer(
+    infer: bool,
+    result: Result<promptforge_harness::model::Reply, ModelError>,
+) -> Answer {
+    match result {
+        Ok(reply) => Answer::Value(reply_answer(&reply)),
+        Err(err) if !infer && err.is_context_overflow() => Answer::Value(json!({"overflow": true})),
+        Err(err) => internal(err.to_string(), RunErrorKind::Completion),
     }
-    internal(err.to_string(), "Completion")
+}
+
+/// The terminal operator: a thread that asks each question in turn on stderr and reads the
+/// answer line from stdin.
+fn spawn_terminal(
+    tx: UnboundedSender<HostMessage>,
+) -> std::sync::mpsc::Sender<(EffectId, AskShape)> {
+    let (questions, inbox) = std::sync::mpsc::channel::<(EffectId, AskShape)>();
+    std::thread::spawn(move || {
+        use std::io::{BufRead, Write};
+        while let Ok((id, shape)) = inbox.recv() {
+            eprint!("> ");
+            let _ = std::io::stderr().flush();
+            let mut line = String::new();
+            let answer = match std::io::stdin().lock().read_line(&mut line) {
+                Ok(0) => tool_failure("the operator closed the input"),
+                Ok(_) => {
+                    let text = line.strip_suffix('\n').unwrap_or(&line);
+                    let text = text.strip_suffix('\r').unwrap_or(text);
+                    operator_answer(shape, text.to_owned(), true)
+                }
+                Err(e) => tool_failure(&format!("cannot read the operator's answer: {e}")),
+            };
+            if tx.send(HostMessage::Answer(id, answer)).is_err() {
+                break;
+            }
+        }
+    });
+    questions
 }

@@ -17,8 +17,9 @@ use promptforge_engine::{Event, Outcome, Run, RunContext, RunError, RunErrorKind
 use promptforge_harness::model::{Catalog, Environment, ScriptedModel};
 use promptforge_harness::store::{Store, collect_output_file, place_input_file};
 
-use crate::host::{CurrentModel, Host, Operator};
+use crate::host::{CurrentModel, Host, HostMessage, Operator, channel};
 use promptforge_engine::run::USER_INPUT_PLUGIN;
+use promptforge_engine::{EventKind, TaskEnding};
 use promptforge_engine::{PluginInfo, ToolInfo};
 use promptforge_syntax::Prompt;
 use serde::Serialize;
@@ -70,6 +71,11 @@ pub struct RunArgs {
     /// JSON object a line. Without it, `log` checkpoints show on stderr unless `--json`.
     #[arg(long)]
     events: bool,
+    /// The most tasks (fanout arms included) that run at once; a prompt can only lower it
+    /// with `tasks.concurrency`.
+    #[arg(long, value_name = "N", default_value_t = promptforge_engine::run::DEFAULT_CONCURRENCY,
+          value_parser = clap::value_parser!(u32).range(1..))]
+    concurrency: u32,
 }
 
 /// The outcome object of the CLI contract.
@@ -157,6 +163,7 @@ fn context(args: &RunArgs, cancel: Arc<AtomicBool>) -> Result<RunContext, String
     ctx.args = args.run_args.clone();
     ctx.snapshot = args.snapshot.as_ref().map(read_snapshot).transpose()?;
     ctx.cancel = cancel;
+    ctx.concurrency = args.concurrency;
     Ok(ctx)
 }
 
@@ -196,51 +203,72 @@ fn current_model(args: &RunArgs) -> Result<Option<CurrentModel>, String> {
 fn show_event(event: &Event, all: bool, json: bool) {
     if all {
         eprintln!("{}", event_json(event));
-    } else if let (Event::Log { section, message }, false) = (event, json) {
+    } else if let (EventKind::Log { section, message }, false) = (&event.kind, json) {
         eprintln!("[{section}] {message}");
     }
 }
 
 fn event_json(event: &Event) -> serde_json::Value {
     use serde_json::json;
-    match event {
-        Event::SectionStarted { section, id } => {
+    let mut value = match &event.kind {
+        EventKind::SectionStarted { section, id } => {
             json!({"event": "section_started", "section": section, "id": id})
         }
-        Event::SharedLoadStarted { section } => {
+        EventKind::SharedLoadStarted { section } => {
             json!({"event": "shared_load_started", "section": section})
         }
-        Event::SharedLoadSucceeded { section } => {
+        EventKind::SharedLoadSucceeded { section } => {
             json!({"event": "shared_load_succeeded", "section": section})
         }
-        Event::SharedLoadFailed { section } => {
+        EventKind::SharedLoadFailed { section } => {
             json!({"event": "shared_load_failed", "section": section})
         }
-        Event::BlockStarted { section, label } => {
+        EventKind::BlockStarted { section, label } => {
             json!({"event": "block_started", "section": section, "block": label})
         }
-        Event::BlockSucceeded { section, label } => {
+        EventKind::BlockSucceeded { section, label } => {
             json!({"event": "block_succeeded", "section": section, "block": label})
         }
-        Event::BlockFailed { section } => json!({"event": "block_failed", "section": section}),
-        Event::Log { section, message } => {
+        EventKind::BlockFailed { section } => json!({"event": "block_failed", "section": section}),
+        EventKind::Log { section, message } => {
             json!({"event": "log", "section": section, "message": message})
         }
-        Event::TeardownStarted { section } => {
+        EventKind::TeardownStarted { section } => {
             json!({"event": "teardown_started", "section": section})
         }
-        Event::TeardownSucceeded { section } => {
+        EventKind::TeardownSucceeded { section } => {
             json!({"event": "teardown_succeeded", "section": section})
         }
-        Event::SectionFinished { section } => {
+        EventKind::SectionFinished { section } => {
             json!({"event": "section_finished", "section": section})
         }
-        Event::RunEnded { outcome } => json!({"event": "run_ended", "outcome": match outcome {
+        EventKind::TaskSpawned { id, target, origin } => json!({
+            "event": "task_spawned", "id": id, "target": target, "origin": origin.as_str()
+        }),
+        EventKind::TaskStarted => json!({"event": "task_started"}),
+        EventKind::TaskEnded { ending } => {
+            let (state, reason) = match ending {
+                TaskEnding::Succeeded => ("succeeded", None),
+                TaskEnding::Failed => ("failed", None),
+                TaskEnding::Cancelled => ("cancelled", None),
+                TaskEnding::Abandoned(reason) => ("abandoned", Some(reason.as_str())),
+            };
+            let mut value = json!({"event": "task_ended", "ending": state});
+            if let (Some(reason), Some(map)) = (reason, value.as_object_mut()) {
+                map.insert("reason".into(), json!(reason));
+            }
+            value
+        }
+        EventKind::RunEnded { outcome } => json!({"event": "run_ended", "outcome": match outcome {
             Outcome::Completed(_) => "completed",
             Outcome::Cancelled => "cancelled",
             Outcome::Failed(_) => "failed",
         }}),
+    };
+    if let Some(map) = value.as_object_mut() {
+        map.insert("task".into(), json!(event.task));
     }
+    value
 }
 
 /// The run's store: `--store DIR`, or a fresh directory under the system temp folder.
@@ -260,7 +288,15 @@ fn open_store(args: &RunArgs) -> Result<Store, String> {
     Store::directory(&dir).map_err(|e| format!("cannot open the store at {}: {e}", dir.display()))
 }
 
-fn execute(args: &RunArgs, text: &str, mut ctx: RunContext) -> Result<Outcome, String> {
+fn execute(
+    args: &RunArgs,
+    text: &str,
+    mut ctx: RunContext,
+    messages: (
+        tokio::sync::mpsc::UnboundedSender<HostMessage>,
+        tokio::sync::mpsc::UnboundedReceiver<HostMessage>,
+    ),
+) -> Result<Outcome, String> {
     let prompt = match Prompt::parse(text) {
         Ok(prompt) => prompt,
         Err(err) => return Ok(Outcome::Failed(err.into())),
@@ -319,12 +355,12 @@ fn execute(args: &RunArgs, text: &str, mut ctx: RunContext) -> Result<Outcome, S
         }),
     });
     let output = prompt.frontmatter.output.clone();
-    let host = Host::new(model, store, operator, ctx.cancel.clone())?;
+    let mut host = Host::new(model, store, operator, ctx.cancel.clone(), messages)?;
     let mut run = Run::new(Arc::new(prompt), ctx);
     let (events, json) = (args.events, args.json);
     let outcome = host.drive(&mut run, &mut |event| show_event(event, events, json));
     if let (Some(decl), Some(file)) = (&output, &args.output_file) {
-        if let Err(e) = collect_output_file(&host.store(), &decl.path, file) {
+        if let Err(e) = collect_output_file(host.store(), &decl.path, file) {
             eprintln!(
                 "warning: cannot collect the output file `{}`: {e}",
                 decl.path
@@ -402,12 +438,17 @@ pub fn run(args: &RunArgs) -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    // Ctrl-C cancels the run cleanly: the engine polls the flag from every coroutine.
-    let flag = cancel.clone();
-    if let Err(e) = ctrlc::set_handler(move || flag.store(true, Ordering::Relaxed)) {
+    // Ctrl-C cancels the run cleanly: the engine polls the flag from every coroutine, and the
+    // Host's loop wakes to end the run and drop the work in flight.
+    let (tx, rx) = channel();
+    let (flag, wake) = (cancel.clone(), tx.clone());
+    if let Err(e) = ctrlc::set_handler(move || {
+        flag.store(true, Ordering::Relaxed);
+        let _ = wake.send(HostMessage::Wake);
+    }) {
         eprintln!("warning: cannot install the Ctrl-C handler: {e}");
     }
-    match execute(args, &text, ctx) {
+    match execute(args, &text, ctx, (tx, rx)) {
         Ok(outcome) => report(args, &outcome),
         Err(message) => {
             eprintln!("error: {message}");

@@ -1,12 +1,96 @@
 //! The run's event stream: lifecycle reports and author checkpoints, as values.
 //!
-//! Reports carry section names and never values (no shared globals, no argument text).
+//! Every event names the task it happened on (`0` for the main walk), so the stream of a run
+//! whose tasks interleave can be read per task; the events of one task come in the order that
+//! task did things, and the whole stream is the same on every run with the same prompt, seed,
+//! start instant and answers. Reports carry section names and task ids, never values (no shared
+//! globals, no argument text, no results).
 
 use crate::outcome::Outcome;
 
 /// One event of a run, in the order it happened.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Event {
+pub struct Event {
+    /// The task the event happened on (`0` for the main walk and the chains it calls).
+    pub task: String,
+    /// What happened.
+    pub kind: EventKind,
+}
+
+/// Who started a task.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Origin {
+    /// The prompt: `tasks.spawn` or a fanout arm.
+    Author,
+    /// The model, through its `task` built-in.
+    Model,
+}
+
+impl Origin {
+    /// `author` or `model`, as `tasks.status` reads it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Origin::Author => "author",
+            Origin::Model => "model",
+        }
+    }
+}
+
+/// How a task ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TaskEnding {
+    /// Its chain returned or ran off its walk.
+    Succeeded,
+    /// Its chain failed.
+    Failed,
+    /// Its owner (or a failing sibling arm's fail-fast) stopped it.
+    Cancelled,
+    /// Its owner ended while it was live, for this reason.
+    Abandoned(AbandonReason),
+}
+
+/// Why a live task was abandoned (chapter 15, "Abandon reasons").
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AbandonReason {
+    /// The owner ended normally.
+    OwnerReturned,
+    /// The owner failed.
+    OwnerFailed,
+    /// The owner's `models.loop` ran past its round cap.
+    ToolLoopExhausted,
+    /// The owner was stopped from outside.
+    OwnerAborted,
+    /// The run itself ended.
+    RunTerminated,
+}
+
+impl AbandonReason {
+    /// The reason's tag.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            AbandonReason::OwnerReturned => "owner_returned",
+            AbandonReason::OwnerFailed => "owner_failed",
+            AbandonReason::ToolLoopExhausted => "tool_loop_exhausted",
+            AbandonReason::OwnerAborted => "owner_aborted",
+            AbandonReason::RunTerminated => "run_terminated",
+        }
+    }
+
+    /// The phrase the model is told.
+    pub fn phrase(self) -> &'static str {
+        match self {
+            AbandonReason::OwnerReturned => "the section ended",
+            AbandonReason::OwnerFailed => "the owner failed",
+            AbandonReason::ToolLoopExhausted => "the tool loop was exhausted",
+            AbandonReason::OwnerAborted => "the owner was aborted",
+            AbandonReason::RunTerminated => "the run ended",
+        }
+    }
+}
+
+/// What an event reports.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum EventKind {
     /// A walked section entry started (the H1 pass reports none).
     SectionStarted {
         /// Section name.
@@ -65,10 +149,26 @@ pub enum Event {
         /// Section name.
         section: String,
     },
-    /// A walked section finished (failed sections never do).
+    /// A walked section finished (failed and stopped sections never do).
     SectionFinished {
         /// Section name.
         section: String,
+    },
+    /// A task (or fanout arm) was spawned; the event's `task` is the spawner's.
+    TaskSpawned {
+        /// The new task's id.
+        id: String,
+        /// The section it runs, without heading marks.
+        target: String,
+        /// Who started it.
+        origin: Origin,
+    },
+    /// A task was admitted and started running (the event's `task` is the task).
+    TaskStarted,
+    /// A task ended (the event's `task` is the task); recorded exactly once per task.
+    TaskEnded {
+        /// How.
+        ending: TaskEnding,
     },
     /// The run ended with this outcome.
     RunEnded {

@@ -1,20 +1,33 @@
 //! `promptforge-engine`: one run of a prompt, as a state machine that never does I/O itself.
 //!
 //! The engine walks the prompt (prepare, the H1 pass, the main walk), runs each section's Lua
-//! in a fresh section VM from `promptforge-lua`, and ends every run in exactly one
+//! in a fresh section VM from `promptforge-lua`, keeps every concurrent line of work (the main
+//! walk, fanout arms, tasks) as a strand it schedules, and ends every run in exactly one
 //! [`Outcome`]. The Host drives it with [`Run::step`] and answers Harness work with
-//! [`Run::resume`]; the seed and start instant arrive in the [`RunContext`].
+//! [`Run::resume`]; the [`protocol`] module holds every type the two exchange, and the seed and
+//! start instant arrive in the [`RunContext`].
 
 pub mod args;
 pub mod determinism;
+mod dispatch;
 pub mod events;
+mod failure;
+mod fanout;
+mod ids;
 pub mod outcome;
 pub mod prepare;
+pub mod protocol;
+mod requests;
 pub mod run;
+mod scheduler;
 pub mod store_path;
+mod strand;
+mod tasks;
+mod walk;
 pub mod when;
 
-pub use events::Event;
+pub use events::{AbandonReason, Event, EventKind, Origin, TaskEnding};
 pub use outcome::{Outcome, RunError, RunErrorKind, first_step};
 pub use prepare::{HostState, ModelInfo, PluginInfo, ThinkingCapability, ToolInfo};
-pub use run::{Effect, EffectId, Run, RunContext, Step};
+pub use protocol::{Answer, Batch, Delivery, Effect, EffectId, ErrorValue, Step};
+pub use run::{Run, RunContext};

@@ -1,36 +1,43 @@
-//! One run as a sans-IO state machine: prepare, the H1 pass, the main walk, the outcome.
+//! One run as a sans-IO state machine: the public face ([`Run::new`], [`Run::step`],
+//! [`Run::resume`], [`Run::cancel`]) and the arena of strands it schedules.
 //!
-//! The host drives a [`Run`] with [`Run::step`], which executes Lua until every chain waits on
-//! Harness work ([`Step::Effects`]) or the run ends ([`Step::Done`]), and answers effects with
-//! [`Run::resume`] in any order. The engine never reads a clock, a random source, the network
-//! or the disk: the seed and start instant arrive in the [`RunContext`], and everything
-//! observable is derived from them and from the answers.
+//! The Host drives a run with `step`, which runs every runnable strand (the main walk, each
+//! fanout arm, each task) in id order until all of them wait on Harness work or the run ends,
+//! and answers effects with `resume`, in any order and at any time. The engine takes answers in
+//! the order of [`crate::protocol::Delivery`], one at a time, running every strand an answer
+//! unblocks before it takes the next, so nothing observable depends on when an answer arrived.
+//! It never reads a clock, a random source, the network or the disk: the seed and start instant
+//! arrive in the [`RunContext`], and everything observable is derived from them and the answers.
+//!
+//! The work is split by concern: `walk` advances one strand's chains and section entries,
+//! `dispatch` turns a suspended call into work, `fanout` and `tasks` start strands and wait on
+//! them, `failure` classifies what ends a chain, and `scheduler` decides the order of answers
+//! and admissions.
 
 use std::cell::RefCell;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::rc::Rc;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use promptforge_lua::models::{ModelDesc, ModelsState, RoleDesc, ThinkingMode};
-use promptforge_lua::vm::{
-    Answer, ArgvMode, BlockStep, DEFAULT_LOG_EVENTS, FailureKind, LuaFailure, Request, SectionVm,
-    VisibleSection, VmConfig,
-};
-use promptforge_syntax::heading_ref::parse_heading_ref;
-use promptforge_syntax::{Block, Prompt, SectionId};
+use promptforge_lua::untrusted::nonce_for_run;
+use promptforge_lua::vm::{BoundTool, DEFAULT_LOG_EVENTS};
+use promptforge_syntax::Prompt;
 use serde_json::{Map, Value as Json};
 
-use promptforge_lua::json::display_value;
-use promptforge_lua::untrusted::nonce_for_run;
-use promptforge_lua::vm::{BoundTool, ErrorValue};
-
 use crate::args::derive_argv;
-use crate::determinism::{ChainRef, Claims};
-use crate::events::Event;
+use crate::determinism::Claims;
+use crate::events::{AbandonReason, Event, EventKind, TaskEnding};
+use crate::failure::run_outcome;
+use crate::fanout::Fanout;
+use crate::ids::TaskId;
 use crate::outcome::{Outcome, RunError, RunErrorKind, first_step};
 use crate::prepare::{HostState, ThinkingCapability, bound_slots, requirements_notice};
-use crate::store_path::{BoundArg, LineRange, StoreAnswer, StoreError, StoreOp, line_range};
+use crate::protocol::{Answer, EffectId, Step};
+use crate::scheduler::{Admission, Delivered, Effects, Work};
+use crate::strand::{Chain, Level, Place, Slot, Strand, StrandId, TaskWait, Wait};
+use crate::tasks::Tasks;
 use crate::when::render_when;
 
 /// What the Host gives a run when it creates it.
@@ -54,6 +61,9 @@ pub struct RunContext {
     pub cancel: Arc<AtomicBool>,
     /// The run's default round cap for `models.loop` (24 unless the Harness sets another).
     pub round_cap: u32,
+    /// The run's concurrency limit: the most tasks running at once (8 unless the Harness sets
+    /// another; at least 1).
+    pub concurrency: u32,
 }
 
 impl RunContext {
@@ -69,6 +79,7 @@ impl RunContext {
             log_events: DEFAULT_LOG_EVENTS,
             cancel: Arc::new(AtomicBool::new(false)),
             round_cap: DEFAULT_ROUND_CAP,
+            concurrency: DEFAULT_CONCURRENCY,
         }
     }
 }
@@ -76,251 +87,113 @@ impl RunContext {
 /// The default round cap of a `models.loop` call.
 pub const DEFAULT_ROUND_CAP: u32 = 24;
 
-/// An effect id: unique within a run, assigned in issue order.
-pub type EffectId = u64;
-
-/// Harness work the engine asks for.
-#[derive(Debug, Clone, PartialEq)]
-pub enum Effect {
-    /// One model round.
-    ModelRound(ModelRound),
-    /// One store operation (path already validated, claim already recorded).
-    Store(StoreOp),
-    /// `input.ask()`: the operator's next message, through the `promptforge/user-input`
-    /// Plugin's ask tool (the Host answers `{text, available}`).
-    Ask,
-    /// A call to a bound tool (answered with the tool's output text, or a `tool` error).
-    Tool {
-        /// The alias it was called by.
-        alias: String,
-        /// The tool path.
-        path: String,
-        /// The arguments (a JSON object).
-        args: Json,
-    },
-}
-
-/// The model a round runs on, as the section resolved it (a model handle's settings).
-#[derive(Debug, Clone, PartialEq, serde::Deserialize, serde::Serialize)]
-pub struct ModelTarget {
-    /// The role label, or the raw model id for a `models.get` id handle.
-    pub name: String,
-    /// The catalog model id.
-    pub model_id: String,
-    /// The context window.
-    pub context: u64,
-    /// The thinking switch (`None`: the model's own default).
-    pub thinking: Option<bool>,
-    /// Sampling temperature, when `models.use` set one.
-    pub temperature: Option<f64>,
-    /// Reply token cap, when `models.use` set one.
-    pub max_tokens: Option<u64>,
-}
-
-/// One model round: the composed messages (records as JSON: `role`, `content`, and
-/// `tool_calls` / `tool_call_id`), the tools on offer, and the model settings.
-#[derive(Debug, Clone, PartialEq)]
-pub struct ModelRound {
-    /// A `models.infer` round (rather than a `models.loop` round).
-    pub infer: bool,
-    /// The model and its settings.
-    pub model: ModelTarget,
-    /// The messages to send, in order.
-    pub messages: Vec<Json>,
-    /// The tools offered (name, description, parameters schema).
-    pub tools: Vec<Json>,
-}
-
-/// What [`Run::step`] returns.
-#[derive(Debug, Clone, PartialEq)]
-pub enum Step {
-    /// Work for the Harness; answer each with [`Run::resume`], in any order.
-    Effects(Vec<(EffectId, Effect)>),
-    /// The run ended.
-    Done(Outcome),
-}
-
-/// Where a section entry sits, for its blocks and for error classification.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Place {
-    /// The H1 pass.
-    H1,
-    /// A section (on the main walk or in a called chain).
-    Section(SectionId),
-}
-
-/// What a section entry is doing.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Stage {
-    /// Replaying the shared library.
-    Shared,
-    /// Running its blocks.
-    Blocks,
-}
-
-/// What a suspended entry waits for.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Wait {
-    /// Harness work.
-    Effect(EffectId),
-    /// A chain its `call` started (the chain above it on the stack).
-    Chain,
-}
-
-/// A section entry in progress: its VM, its stage, and the next block to run.
-#[derive(Debug)]
-struct Entry {
-    place: Place,
-    name: String,
-    vm: SectionVm,
-    stage: Stage,
-    next_block: usize,
-    /// A coroutine (shared load or block) is in progress.
-    running: bool,
-    /// What the coroutine waits on, if it is suspended.
-    waiting: Option<Wait>,
-    /// The answer to deliver at the next resume.
-    answer: Option<Answer>,
-}
-
-/// One level of a walk: a list of sibling sections and the next one to enter.
-#[derive(Debug, Clone)]
-struct Level {
-    siblings: Vec<SectionId>,
-    next: usize,
-}
-
-/// A chain: the main walk, or a walk that a `call` started. Calls nest, so the running chains
-/// form a stack; the chain on top runs while the ones below wait on their calls.
-#[derive(Debug)]
-struct Chain {
-    /// The chain id (`0` for the main walk; a called chain is `{parent}.{n}`).
-    id: String,
-    /// Entries started so far (`sys.id` is `{id}.{n}`).
-    entries: u64,
-    /// Child chains started so far.
-    children: u64,
-    /// The walk's levels (a jump to a child pushes one; a level that runs out pops).
-    levels: Vec<Level>,
-    /// The chain's `var`.
-    var: Json,
-    /// The chain's input: `args` and its (frozen, after the H1 pass) `argv`.
-    args: String,
-    argv: Json,
-    /// Call depth (0 for the main walk).
-    depth: u32,
-    /// The section entry in progress.
-    entry: Option<Box<Entry>>,
-    /// The nearest enclosing task (`sys.taskid`): `0`, or an arm's id.
-    task_id: String,
-    /// For a fanout arm: its member and position, given to its first entry only.
-    item: Option<(Json, usize)>,
-    /// A fanout the entry waits on: its arms run beside each other.
-    fanout: Option<Box<Fanout>>,
-}
-
-/// A fanout in progress: one arm per member, in collection order.
-#[derive(Debug)]
-struct Fanout {
-    arms: Vec<Arm>,
-    /// The calling chain's claims identity (arms fork from it and join it).
-    caller_claims: ChainRef,
-}
-
-/// One arm: its own chain stack (a task chain at the bottom), its claims identity, and how it
-/// ended.
-#[derive(Debug)]
-struct Arm {
-    stack: Vec<Chain>,
-    claims: ChainRef,
-    item: Json,
-    end: Option<ArmEnd>,
-}
-
-/// How an arm's chain ended.
-#[derive(Debug)]
-enum ArmEnd {
-    /// With this result ('' when it ran off its walk).
-    Done(String),
-    /// With this failure.
-    Failed(LuaFailure),
-}
+/// The default concurrency limit.
+pub const DEFAULT_CONCURRENCY: u32 = 8;
 
 /// The first-party Plugin that lets a prompt ask the operator.
 pub const USER_INPUT_PLUGIN: &str = "promptforge/user-input";
 /// The global its prelude defines.
 const INPUT_GLOBAL: &str = "input";
 
-/// The deepest a `call` may nest, counting the first call.
+/// The deepest a `call`, task or fanout arm may nest, counting the first.
 pub const CALL_DEPTH_CAP: u32 = 8;
+
+/// The main walk's strand.
+pub(crate) const MAIN: StrandId = 0;
+
+/// How far one advance of a strand got.
+#[derive(Debug)]
+pub(crate) enum Progress {
+    /// More to do right away.
+    Continue,
+    /// The strand waits (on Harness work, a called chain's Harness work, or tasks).
+    Parked,
+    /// The strand's own chain ended.
+    Ended(StrandEnd),
+}
+
+/// How a strand's own chain ended.
+#[derive(Debug)]
+pub(crate) enum StrandEnd {
+    /// With this result (`None`: it ran off its walk).
+    Returned(Option<String>),
+    /// With this failure; `h1_gate` when the H1 pass's own blocks failed.
+    Failed {
+        failure: promptforge_lua::vm::LuaFailure,
+        h1_gate: bool,
+    },
+}
 
 /// One run of a prompt.
 #[derive(Debug)]
 pub struct Run {
-    prompt: Arc<Prompt>,
-    ctx: RunContext,
+    pub(crate) prompt: Arc<Prompt>,
+    pub(crate) ctx: RunContext,
     started: bool,
-    /// The chain stack; the main walk is at the bottom.
-    chains: Vec<Chain>,
-    events: Vec<Event>,
-    outcome: Option<Outcome>,
+    pub(crate) outcome: Option<Outcome>,
+    pub(crate) events: Vec<Event>,
     /// The run's input as the H1 pass starts (derived from `args`).
-    argv: Json,
-    when: String,
-    labels: Arc<[String]>,
-    /// The next effect id.
-    next_effect: EffectId,
-    /// Effects issued and not yet returned by `step`.
-    issued: Vec<(EffectId, Effect)>,
-    /// Answers received for effects, by id, not yet delivered.
-    answers: BTreeMap<EffectId, Answer>,
+    argv: Arc<Json>,
+    pub(crate) when: String,
+    pub(crate) labels: Arc<[String]>,
     /// Run-wide model roles, the current model and the prompt-wide default.
-    models: Rc<RefCell<ModelsState>>,
+    pub(crate) models: Rc<RefCell<ModelsState>>,
     /// The happens-before checker over store claims.
-    claims: Claims,
+    pub(crate) claims: Claims,
     /// The run's nonce for `untrusted` envelopes.
-    nonce: String,
+    pub(crate) nonce: String,
     /// The bound tool slots (filled at prepare).
-    bound_tools: Arc<[BoundTool]>,
-    /// The claims identity of the chain stack being advanced.
-    claim_ref: ChainRef,
-    /// Whether the chain stack being advanced is a fanout arm's.
-    in_arm: bool,
-    /// Set when an arm's own chain ends, for the fanout to collect.
-    arm_end: Option<ArmEnd>,
+    pub(crate) bound_tools: Arc<[BoundTool]>,
+    /// The `promptforge/user-input` prelude: `Some(connected)` when declared and provided.
+    pub(crate) input_plugin: Option<bool>,
+    /// Every live strand but the one being advanced.
+    pub(crate) strands: BTreeMap<StrandId, Box<Strand>>,
+    next_strand: StrandId,
+    next_seq: u64,
+    /// Strands with something to do, advanced lowest id first.
+    pub(crate) runnable: BTreeSet<StrandId>,
+    pub(crate) effects: Effects,
+    pub(crate) admission: Admission,
+    admission_dirty: bool,
+    pub(crate) tasks: Tasks,
+    pub(crate) fanouts: BTreeMap<u64, Fanout>,
+    next_fanout: u64,
 }
 
 impl Run {
     /// Create a run of a parsed prompt.
     pub fn new(prompt: Arc<Prompt>, ctx: RunContext) -> Run {
         let args = ctx.args.clone().unwrap_or_default();
-        let argv = derive_argv(&prompt.frontmatter.args, &args);
+        let argv = Arc::new(derive_argv(&prompt.frontmatter.args, &args));
         let labels: Arc<[String]> = prompt.lua_regions().map(|r| r.label.clone()).collect();
         let when = render_when(ctx.start_ms);
         let models = Rc::new(RefCell::new(models_state(&prompt, &ctx)));
-        let mut claims = Claims::new();
-        let main_chain = claims.root("0");
         let nonce = nonce_for_run(ctx.seed);
+        let admission = Admission::new(ctx.concurrency);
         Run {
             prompt,
             ctx,
             started: false,
-            chains: Vec::new(),
-            events: Vec::new(),
             outcome: None,
+            events: Vec::new(),
             argv,
             when,
             labels,
-            next_effect: 0,
-            issued: Vec::new(),
-            answers: BTreeMap::new(),
             models,
-            claims,
+            claims: Claims::new(),
             nonce,
             bound_tools: Arc::from(Vec::new()),
-            claim_ref: main_chain,
-            in_arm: false,
-            arm_end: None,
+            input_plugin: None,
+            strands: BTreeMap::new(),
+            next_strand: MAIN,
+            next_seq: 0,
+            runnable: BTreeSet::new(),
+            effects: Effects::default(),
+            admission,
+            admission_dirty: false,
+            tasks: Tasks::default(),
+            fanouts: BTreeMap::new(),
+            next_fanout: 0,
         }
     }
 
@@ -334,13 +207,13 @@ impl Run {
         self.ctx.cancel.store(true, Ordering::Relaxed);
     }
 
-    /// Answer an effect (in any order). Unknown or repeated ids are ignored.
+    /// Answer an effect (in any order). Unknown, withdrawn or repeated ids are ignored.
     pub fn resume(&mut self, id: EffectId, answer: Answer) {
-        self.answers.insert(id, answer);
+        self.effects.answer(id, answer);
     }
 
-    /// Run until every chain waits on Harness work or the run ends. While the run waits, the
-    /// returned list holds the effects issued since the last call (possibly none).
+    /// Run until every strand waits on Harness work or the run ends. While the run waits, the
+    /// batch holds the effects issued (and withdrawn) since the last call, possibly none.
     pub fn step(&mut self) -> Step {
         loop {
             if let Some(outcome) = &self.outcome {
@@ -355,124 +228,76 @@ impl Run {
                 self.start();
                 continue;
             }
-            if !self.advance_current() {
-                return Step::Effects(std::mem::take(&mut self.issued));
+            if self.admission_dirty {
+                self.admit();
             }
-        }
-    }
-
-    /// Do one unit of work on the chain stack being advanced; `false` when it is blocked on
-    /// Harness work.
-    fn advance_current(&mut self) -> bool {
-        let Some(chain) = self.chains.last_mut() else {
-            self.fail(RunErrorKind::Internal, "no chain is running");
-            return true;
-        };
-        if chain.fanout.is_some() {
-            return self.advance_fanout();
-        }
-        match chain.entry.take() {
-            Some(entry) => {
-                if let Some(Wait::Effect(id)) = entry.waiting
-                    && !self.answers.contains_key(&id)
-                {
-                    chain.entry = Some(entry);
-                    return false;
-                }
-                self.advance_entry(entry);
-            }
-            None => self.enter_next(),
-        }
-        true
-    }
-
-    /// Advance a fanout's live arms, each until it blocks or ends, in collection order. A
-    /// failing arm (other than round-cap exhaustion) cancels its siblings and fails the
-    /// fanout; when every arm has ended, the caller gets the results.
-    fn advance_fanout(&mut self) -> bool {
-        let Some(mut fan) = self.chains.last_mut().and_then(|c| c.fanout.take()) else {
-            return true;
-        };
-        let mut ran = false;
-        let mut failed = None;
-        for (index, arm) in fan.arms.iter_mut().enumerate() {
-            if arm.end.is_some() {
+            if let Some(id) = self.runnable.pop_first() {
+                self.advance_strand(id);
                 continue;
             }
-            std::mem::swap(&mut self.chains, &mut arm.stack);
-            let claims = std::mem::replace(&mut self.claim_ref, arm.claims);
-            let in_arm = std::mem::replace(&mut self.in_arm, true);
-            while self.outcome.is_none() && self.arm_end.is_none() && self.advance_current() {
-                ran = true;
+            if let Some(delivered) = self.effects.next() {
+                self.deliver(delivered);
+                continue;
             }
-            std::mem::swap(&mut self.chains, &mut arm.stack);
-            self.claim_ref = claims;
-            self.in_arm = in_arm;
-            arm.end = self.arm_end.take();
-            if self.outcome.is_some() {
-                return true;
+            if !self.effects.any_live() {
+                // No strand can run and nothing is in flight: no answer can ever come.
+                self.fail(
+                    RunErrorKind::Internal,
+                    "internal invariant violated: every chain waits and no Harness work is in flight",
+                );
+                continue;
             }
-            if let Some(ArmEnd::Failed(failure)) = &arm.end
-                && !is_exhausted(failure)
-            {
-                failed = Some(index);
-                break;
-            }
+            return Step::Effects(self.effects.take_batch());
         }
-        let finished = failed.is_some() || fan.arms.iter().all(|a| a.end.is_some());
-        if !finished {
-            if let Some(chain) = self.chains.last_mut() {
-                chain.fanout = Some(fan);
-            }
-            return ran;
-        }
-        // Every arm is delivered (or cancelled): join them into the caller.
-        for arm in &fan.arms {
-            let _ = self.claims.join(fan.caller_claims, arm.claims);
-        }
-        let answer = match failed.and_then(|i| fan.arms.get(i)) {
-            Some(Arm {
-                end: Some(ArmEnd::Failed(failure)),
-                ..
-            }) => Answer::Error(error_value_of(failure)),
-            _ => Answer::Value(Json::Array(
-                fan.arms
-                    .iter()
-                    .map(|arm| match &arm.end {
-                        Some(ArmEnd::Done(text)) => {
-                            serde_json::json!({"ok": true, "exhausted": false, "text": text})
-                        }
-                        _ => serde_json::json!({
-                            "ok": false,
-                            "exhausted": true,
-                            "text": format!(
-                                "## {}\n\nUNKNOWN\n\n(section incomplete: tool loop exhausted)",
-                                display_value(&arm.item)
-                            ),
-                        }),
-                    })
-                    .collect(),
-            )),
-        };
-        // Dropping the arms cancels any still live (their VMs go with them).
-        drop(fan);
-        if let Some(entry) = self.chains.last_mut().and_then(|c| c.entry.as_mut()) {
-            entry.waiting = None;
-            entry.answer = Some(answer);
-        }
-        true
     }
 
-    fn end(&mut self, outcome: Outcome) {
-        if self.outcome.is_none() {
-            self.events.push(Event::RunEnded {
+    /// Record an event on a task.
+    pub(crate) fn event(&mut self, task: &TaskId, kind: EventKind) {
+        self.events.push(Event {
+            task: task.to_string(),
+            kind,
+        });
+    }
+
+    /// End the run (the first outcome wins): every live task is abandoned, every outstanding
+    /// effect withdrawn, every section VM dropped.
+    pub(crate) fn end(&mut self, outcome: Outcome) {
+        if self.outcome.is_some() {
+            return;
+        }
+        let live: Vec<(TaskId, bool)> = self
+            .tasks
+            .live()
+            .map(|(id, record)| (id.clone(), record.owner_strand == MAIN))
+            .collect();
+        for (id, direct) in live {
+            let reason = if direct {
+                AbandonReason::RunTerminated
+            } else {
+                AbandonReason::OwnerAborted
+            };
+            self.tasks.mark_ended(&id, TaskEnding::Abandoned(reason));
+            self.event(
+                &id,
+                EventKind::TaskEnded {
+                    ending: TaskEnding::Abandoned(reason),
+                },
+            );
+        }
+        self.effects.withdraw_all();
+        self.strands.clear();
+        self.runnable.clear();
+        self.fanouts.clear();
+        self.events.push(Event {
+            task: TaskId::root().to_string(),
+            kind: EventKind::RunEnded {
                 outcome: outcome.clone(),
-            });
-            self.outcome = Some(outcome);
-        }
+            },
+        });
+        self.outcome = Some(outcome);
     }
 
-    fn fail(&mut self, kind: RunErrorKind, message: impl Into<String>) {
+    pub(crate) fn fail(&mut self, kind: RunErrorKind, message: impl Into<String>) {
         self.end(Outcome::Failed(RunError::new(kind, message)));
     }
 
@@ -497,8 +322,9 @@ impl Run {
                     .unwrap_or_else(|_| serde_json::json!({"type": "object", "properties": {}})),
             })
             .collect();
+        self.input_plugin = self.find_input_plugin();
         // A Plugin's prelude global may not be bound by the frontmatter as well.
-        if self.input_plugin().is_some() {
+        if self.input_plugin.is_some() {
             let fm = &self.prompt.frontmatter;
             if fm.tool(INPUT_GLOBAL).is_some() || fm.role(INPUT_GLOBAL).is_some() {
                 self.fail(
@@ -510,33 +336,68 @@ impl Run {
                 return;
             }
         }
-        self.chains.push(Chain {
-            id: "0".into(),
+        let root = TaskId::root();
+        let key = self.admission.add_chain(None);
+        let claims = self.claims.root(root.to_string());
+        let chain = Chain {
+            id: root.clone(),
+            key,
             // The H1 pass always takes entry 0.0.
             entries: 1,
             children: 0,
             levels: vec![Level {
-                siblings: self.prompt.top_level.clone(),
+                parent: None,
                 next: 0,
             }],
             var: Json::Object(Map::new()),
-            args: self.ctx.args.clone().unwrap_or_default(),
+            args: Arc::from(self.ctx.args.clone().unwrap_or_default()),
             argv: self.argv.clone(),
             depth: 0,
             entry: None,
-            task_id: "0".into(),
-            item: None,
-            fanout: None,
+            seed: None,
+            owned: Vec::new(),
+            carried: None,
+        };
+        let mut main = Box::new(Strand {
+            id: MAIN,
+            task: root,
+            stack: vec![chain],
+            start: None,
+            claims,
+            owner: None,
+            seq: self.take_seq(),
+            slot: Slot::Exempt,
+            turns: 0,
+            wait: None,
+            depth: 0,
         });
+        self.next_strand = MAIN + 1;
         if !self.prompt.h1_blocks.is_empty() {
             let title = self.prompt.title.clone();
-            self.new_entry(Place::H1, title, "0.0");
+            match self.new_entry(&main, Place::H1, title.clone(), "0.0") {
+                Ok(entry) => {
+                    if let Some(chain) = main.top_mut() {
+                        chain.entry = Some(entry);
+                    }
+                }
+                Err(failure) => {
+                    self.teardown(&main.task, &title);
+                    if let Progress::Ended(end) =
+                        self.chain_failed(&mut main, Place::H1, failure, true)
+                    {
+                        self.strand_ended(main, end);
+                    }
+                    return;
+                }
+            }
         }
+        self.strands.insert(MAIN, main);
+        self.runnable.insert(MAIN);
     }
 
     /// `Some(connected)` when the prompt declares `promptforge/user-input` and the Host
     /// provides it: its prelude then installs `input` in every section VM.
-    fn input_plugin(&self) -> Option<bool> {
+    fn find_input_plugin(&self) -> Option<bool> {
         self.prompt.frontmatter.plugin(USER_INPUT_PLUGIN)?;
         let plugin = self
             .ctx
@@ -547,927 +408,199 @@ impl Run {
         Some(plugin.activation_failure.is_none())
     }
 
-    fn section_ids_visible_from(&self, place: Place) -> Vec<SectionId> {
-        let prompt = &self.prompt;
-        match place {
-            Place::H1 => prompt.top_level.clone(),
-            Place::Section(id) => {
-                let Some(section) = prompt.section(id) else {
-                    return Vec::new();
-                };
-                self.siblings_of(id)
-                    .iter()
-                    .filter(|s| **s != id)
-                    .chain(section.children.iter())
-                    .copied()
-                    .collect()
-            }
-        }
+    pub(crate) fn take_seq(&mut self) -> u64 {
+        let seq = self.next_seq;
+        self.next_seq += 1;
+        seq
     }
 
-    /// The sibling list a section belongs to (itself included).
-    fn siblings_of(&self, id: SectionId) -> &[SectionId] {
-        let prompt = &self.prompt;
-        match prompt.section(id).and_then(|s| s.parent) {
-            Some(parent) => prompt
-                .section(parent)
-                .map_or(&[][..], |p| p.children.as_slice()),
-            None => &prompt.top_level,
-        }
+    pub(crate) fn take_strand_id(&mut self) -> StrandId {
+        let id = self.next_strand;
+        self.next_strand += 1;
+        id
     }
 
-    fn visible_from(&self, place: Place) -> Vec<VisibleSection> {
-        self.section_ids_visible_from(place)
-            .iter()
-            .filter_map(|id| {
-                self.prompt.section(*id).map(|s| VisibleSection {
-                    level: usize::from(s.level),
-                    name: s.name.clone(),
-                    items: s.items.clone(),
-                })
-            })
-            .collect()
+    pub(crate) fn take_fanout_id(&mut self) -> u64 {
+        let id = self.next_fanout;
+        self.next_fanout += 1;
+        id
     }
 
-    /// Resolve a heading reference against the sections visible from `place`.
-    fn resolve(&self, place: Place, target: &str) -> Result<SectionId, String> {
-        let reference = parse_heading_ref(target).map_err(|e| e.to_string())?;
-        let visible = self.section_ids_visible_from(place);
-        visible
-            .iter()
-            .copied()
-            .find(|id| {
-                self.prompt.section(*id).is_some_and(|s| {
-                    usize::from(s.level) == reference.level && s.name == reference.name
-                })
-            })
-            .ok_or_else(|| {
-                let list = visible
-                    .iter()
-                    .filter_map(|id| self.prompt.section(*id).map(|s| s.heading_ref()))
-                    .collect::<Vec<_>>()
-                    .join(", ");
-                format!("section heading `{reference}` not found; available sections: {list}")
-            })
-    }
-
-    fn sys_fields(&self, name: &str, id: &str, task_id: &str, index: Option<usize>) -> Json {
-        let mut sys = Map::new();
-        sys.insert("when".into(), Json::String(self.when.clone()));
-        sys.insert("id".into(), Json::String(id.to_owned()));
-        sys.insert("taskid".into(), Json::String(task_id.to_owned()));
-        if let Some(index) = index {
-            sys.insert("index".into(), Json::from(index));
-        }
-        sys.insert("section_name".into(), Json::String(name.to_owned()));
-        sys.insert("execution".into(), Json::String(self.ctx.execution.clone()));
-        sys.insert(
-            "section_count".into(),
-            Json::from(self.prompt.top_level.len()),
-        );
-        Json::Object(sys)
-    }
-
-    /// Build a section VM for the top chain (the shared library replay then runs as the
-    /// entry's first stage) and make it the chain's entry.
-    fn new_entry(&mut self, place: Place, name: String, id: &str) {
-        // An arm's member and position reach only its first entry, the worker section.
-        let item = self.chains.last_mut().and_then(|c| c.item.take());
-        let Some(chain) = self.chains.last() else {
-            return;
-        };
-        let argv = match place {
-            Place::H1 => ArgvMode::Writable(chain.argv.clone()),
-            Place::Section(_) => ArgvMode::Frozen(chain.argv.clone()),
-        };
-        let cfg = VmConfig {
-            section_name: name.clone(),
-            args: chain.args.clone(),
-            argv,
-            var: chain.var.clone(),
-            sys: self.sys_fields(&name, id, &chain.task_id, item.as_ref().map(|(_, i)| *i)),
-            item: item.map(|(member, _)| member),
-            snapshot: self.ctx.snapshot.clone(),
-            visible: self.visible_from(place),
-            log_events: self.ctx.log_events,
-            cancel: self.ctx.cancel.clone(),
-            region_labels: self.labels.clone(),
-            random_seed: self.ctx.seed ^ fnv1a(id.as_bytes()),
-            models: self.models.clone(),
-            round_cap: self
-                .prompt
-                .frontmatter
-                .max_tool_iterations
-                .unwrap_or(self.ctx.round_cap),
-            nonce: self.nonce.clone(),
-            input_plugin: self.input_plugin(),
-            bound_tools: self.bound_tools.clone(),
-        };
-        match SectionVm::new(cfg) {
-            Ok(vm) => {
-                self.events.push(Event::SharedLoadStarted {
-                    section: name.clone(),
-                });
-                let entry = Box::new(Entry {
-                    place,
-                    name,
-                    vm,
-                    stage: Stage::Shared,
-                    next_block: 0,
-                    running: false,
-                    waiting: None,
-                    answer: None,
-                });
-                if let Some(chain) = self.chains.last_mut() {
-                    chain.entry = Some(entry);
-                }
-            }
-            Err(failure) => {
-                self.teardown(&name);
-                self.chain_failed(place, failure, true);
-            }
-        }
-    }
-
-    fn flush_logs(&mut self, vm: &mut SectionVm, name: &str) {
-        for message in vm.take_logs() {
-            self.events.push(Event::Log {
-                section: name.to_owned(),
-                message,
-            });
-        }
-    }
-
-    fn teardown(&mut self, name: &str) {
-        self.events.push(Event::TeardownStarted {
-            section: name.to_owned(),
-        });
-        self.events.push(Event::TeardownSucceeded {
-            section: name.to_owned(),
-        });
-    }
-
-    /// Enter the top chain's next section, or end the chain when its walk runs out.
-    fn enter_next(&mut self) {
-        let Some(chain) = self.chains.last_mut() else {
-            return;
-        };
-        let id = loop {
-            let Some(level) = chain.levels.last_mut() else {
-                // The walk ran past its end: no result.
-                self.finish_chain(None);
-                return;
+    /// Admit queued strands that fit under the concurrency limit.
+    fn admit(&mut self) {
+        self.admission_dirty = false;
+        for id in self.admission.admit() {
+            let Some(strand) = self.strands.get_mut(&id) else {
+                continue;
             };
-            match level.siblings.get(level.next) {
-                Some(&id) => {
-                    level.next += 1;
-                    break id;
-                }
-                None => {
-                    chain.levels.pop();
-                }
+            strand.slot = Slot::Held;
+            if strand.start.is_some() {
+                let task = strand.task.clone();
+                self.event(&task, EventKind::TaskStarted);
             }
-        };
-        let entry_id = format!("{}.{}", chain.id, chain.entries);
-        chain.entries += 1;
-        let Some(name) = self.prompt.section(id).map(|s| s.name.clone()) else {
-            self.fail(RunErrorKind::Internal, "section index out of range");
-            return;
-        };
-        self.events.push(Event::SectionStarted {
-            section: name.clone(),
-            id: entry_id.clone(),
-        });
-        self.new_entry(Place::Section(id), name, &entry_id);
-    }
-
-    fn blocks_of(&self, place: Place) -> &[Block] {
-        match place {
-            Place::H1 => &self.prompt.h1_blocks,
-            Place::Section(id) => self
-                .prompt
-                .section(id)
-                .map_or(&[][..], |s| s.blocks.as_slice()),
+            self.runnable.insert(id);
         }
     }
 
-    /// Put an entry back as the top chain's entry.
-    fn park(&mut self, entry: Box<Entry>) {
-        if let Some(chain) = self.chains.last_mut() {
-            chain.entry = Some(entry);
+    /// Queue a strand for a slot (its first run, or its slot back after a wait).
+    pub(crate) fn queue_for_slot(&mut self, strand: &mut Strand) {
+        if let Some(owner) = strand.owner {
+            strand.slot = Slot::Queued;
+            self.admission.enqueue(owner, strand.seq, strand.id);
+            self.admission_dirty = true;
         }
     }
 
-    /// Run the entry (its shared library replay, then its blocks) until a coroutine suspends,
-    /// the entry ends, or the run ends.
-    fn advance_entry(&mut self, mut entry: Box<Entry>) {
-        if let Some(Wait::Effect(id)) = entry.waiting.take() {
-            entry.answer = self.answers.remove(&id);
-        }
-        loop {
-            if !entry.running {
-                match entry.stage {
-                    Stage::Shared => {
-                        // Every section VM replays the shared library; a prompt without one
-                        // replays an empty library, which runs nothing but still reports it.
-                        let Some(shared) = self.prompt.shared.clone() else {
-                            self.events.push(Event::SharedLoadSucceeded {
-                                section: entry.name.clone(),
-                            });
-                            if let Err(failure) = entry.vm.install_alias_globals() {
-                                return self.entry_failed(entry, failure);
-                            }
-                            entry.stage = Stage::Blocks;
-                            continue;
-                        };
-                        if let Err(failure) = entry.vm.start_shared(&shared) {
-                            return self.shared_failed(entry, failure);
-                        }
-                    }
-                    Stage::Blocks => {
-                        let prompt = self.prompt.clone();
-                        let blocks = match entry.place {
-                            Place::H1 => &prompt.h1_blocks[..],
-                            Place::Section(id) => {
-                                prompt.section(id).map_or(&[][..], |s| s.blocks.as_slice())
-                            }
-                        };
-                        // The next Lua block; prose blocks are read by the block after them.
-                        let mut index = entry.next_block;
-                        while index < blocks.len() && !matches!(blocks[index], Block::Lua(_)) {
-                            index += 1;
-                        }
-                        let Some(Block::Lua(region)) = blocks.get(index) else {
-                            return self.finish_entry(entry, None, None);
-                        };
-                        let prose = match index.checked_sub(1).and_then(|i| blocks.get(i)) {
-                            Some(Block::Prose(p)) => p.text.as_str(),
-                            _ => "",
-                        };
-                        entry.next_block = index + 1;
-                        self.events.push(Event::BlockStarted {
-                            section: entry.name.clone(),
-                            label: region.label.clone(),
-                        });
-                        if let Err(failure) = entry.vm.start_block(region, prose) {
-                            return self.entry_failed(entry, failure);
-                        }
-                    }
-                }
-                entry.running = true;
-            }
-            let answer = entry.answer.take();
-            let step = entry.vm.resume(answer);
-            let name = entry.name.clone();
-            self.flush_logs(&mut entry.vm, &name);
-            // A recorded jump wins over however the block ended (pcall cannot cancel it).
-            if entry.stage == Stage::Blocks
-                && !matches!(step, BlockStep::Suspended(_))
-                && let Some(target) = entry.vm.take_jump()
-            {
-                entry.running = false;
-                self.block_succeeded(&entry);
-                return self.finish_entry(entry, None, Some(target));
-            }
-            match step {
-                BlockStep::Suspended(request) => match self.dispatch(&entry, &request) {
-                    Ok(Dispatch::Effect(effect)) => {
-                        let id = self.next_effect;
-                        self.next_effect += 1;
-                        self.issued.push((id, effect));
-                        entry.waiting = Some(Wait::Effect(id));
-                        return self.park(entry);
-                    }
-                    Ok(Dispatch::Answer(answer)) => {
-                        entry.answer = Some(answer);
-                    }
-                    Ok(Dispatch::Call(chain)) => {
-                        entry.waiting = Some(Wait::Chain);
-                        self.park(entry);
-                        self.chains.push(*chain);
-                        return;
-                    }
-                    Ok(Dispatch::Fanout(fanout)) => {
-                        entry.waiting = Some(Wait::Chain);
-                        self.park(entry);
-                        if let Some(chain) = self.chains.last_mut() {
-                            chain.fanout = Some(fanout);
-                        }
-                        return;
-                    }
-                    Ok(Dispatch::Fail(error)) => {
-                        let name = entry.name.clone();
-                        drop(entry);
-                        self.teardown(&name);
-                        self.end(Outcome::Failed(error));
-                        return;
-                    }
-                    Err(message) => {
-                        let failure = LuaFailure {
-                            kind: FailureKind::Internal,
-                            message,
-                            traceback: None,
-                            error: None,
-                        };
-                        return match entry.stage {
-                            Stage::Shared => self.shared_failed(entry, failure),
-                            Stage::Blocks => self.entry_failed(entry, failure),
-                        };
-                    }
-                },
-                BlockStep::Failed(failure) => {
-                    return match entry.stage {
-                        Stage::Shared => self.shared_failed(entry, failure),
-                        Stage::Blocks => self.entry_failed(entry, failure),
-                    };
-                }
-                BlockStep::Finished(result) => {
-                    entry.running = false;
-                    if entry.stage == Stage::Shared {
-                        self.events.push(Event::SharedLoadSucceeded {
-                            section: entry.name.clone(),
-                        });
-                        if let Err(failure) = entry.vm.install_alias_globals() {
-                            return self.entry_failed(entry, failure);
-                        }
-                        entry.stage = Stage::Blocks;
-                        continue;
-                    }
-                    self.block_succeeded(&entry);
-                    if let Some(result) = result {
-                        return self.finish_entry(entry, Some(result), None);
-                    }
-                    // A block's end reads var back: a reassigned var fails here.
-                    if let Err(failure) = entry.vm.read_back_var() {
-                        return self.entry_failed_after_block(entry, failure);
-                    }
-                }
-            }
-        }
-    }
-
-    fn block_succeeded(&mut self, entry: &Entry) {
-        let label = self
-            .blocks_of(entry.place)
-            .get(entry.next_block.saturating_sub(1))
-            .and_then(Block::as_lua)
-            .map(|r| r.label.clone())
-            .unwrap_or_default();
-        self.events.push(Event::BlockSucceeded {
-            section: entry.name.clone(),
-            label,
-        });
-    }
-
-    /// The shared library failed to load: `Lua` wherever it happens (H1 pass included).
-    fn shared_failed(&mut self, entry: Box<Entry>, failure: LuaFailure) {
-        self.events.push(Event::SharedLoadFailed {
-            section: entry.name.clone(),
-        });
-        let (place, name) = (entry.place, entry.name.clone());
-        drop(entry);
-        self.teardown(&name);
-        self.chain_failed(place, failure, true);
-    }
-
-    /// The entry ran out of blocks, returned, or jumped: read back, tear down, and move on.
-    fn finish_entry(&mut self, entry: Box<Entry>, result: Option<String>, jump: Option<String>) {
-        let var = entry.vm.read_back_var();
-        let argv = match entry.place {
-            Place::H1 if result.is_none() => Some(entry.vm.read_back_argv()),
-            _ => None,
-        };
-        let name = entry.name.clone();
-        let place = entry.place;
-        drop(entry);
-        self.teardown(&name);
-        let var = match var {
-            Ok(var) => var,
-            Err(failure) => return self.chain_failed(place, failure, true),
-        };
-        let argv = match argv.transpose() {
-            Ok(argv) => argv,
-            Err(failure) => return self.chain_failed(place, failure, true),
-        };
-        if let Some(chain) = self.chains.last_mut() {
-            chain.var = var;
-            if let Some(argv) = argv {
-                chain.argv = argv;
-            }
-        }
-        if let Place::Section(_) = place {
-            self.events.push(Event::SectionFinished { section: name });
-        }
-        if let Some(result) = result {
-            return self.finish_chain(Some(result));
-        }
-        if let Some(target) = jump {
-            self.apply_jump(place, &target);
-        }
-    }
-
-    /// Move the top chain's walk to a jump's target: a sibling (or, from the H1 pass, any
-    /// top-level section) continues the walk there; a direct child starts a child walk whose
-    /// end resumes the parent level after the jumper. A bad target fails with `Lua`.
-    fn apply_jump(&mut self, place: Place, target: &str) {
-        let id = match self.resolve(place, target) {
-            Ok(id) => id,
-            Err(message) => {
-                let failure = LuaFailure {
-                    kind: FailureKind::Run("Lua".into()),
-                    message: message.clone(),
-                    traceback: None,
-                    error: Some(Box::new(ErrorValue {
-                        kind: "lua".into(),
-                        message,
-                        fields: Json::Object(Map::new()),
-                        run_kind: "Lua".into(),
-                    })),
-                };
-                return self.chain_failed(place, failure, true);
-            }
-        };
-        let is_child = match place {
-            Place::Section(from) => self
-                .prompt
-                .section(from)
-                .is_some_and(|s| s.children.contains(&id)),
-            Place::H1 => false,
-        };
-        let siblings = self.siblings_of(id).to_vec();
-        let index = siblings.iter().position(|s| *s == id).unwrap_or(0);
-        let Some(chain) = self.chains.last_mut() else {
-            return;
-        };
-        if is_child {
-            chain.levels.push(Level {
-                siblings,
-                next: index,
-            });
-        } else if let Some(level) = chain.levels.last_mut() {
-            level.next = index;
-        }
-    }
-
-    /// The top chain ended: with a result, or by running off its walk.
-    fn finish_chain(&mut self, result: Option<String>) {
-        if self.chains.len() <= 1 && self.in_arm {
-            // An arm's own chain: its result goes to the fanout.
-            self.chains.clear();
-            self.arm_end = Some(ArmEnd::Done(result.unwrap_or_default()));
-            return;
-        }
-        if self.chains.len() <= 1 {
-            // The main walk: its result is the run's, or the done fallback.
-            self.end(Outcome::Completed(
-                result.unwrap_or_else(|| "done".to_owned()),
-            ));
-            return;
-        }
-        self.chains.pop();
-        // A called chain's result is what `call` returns ('' when it ran off its walk).
-        if let Some(caller) = self.chains.last_mut().and_then(|c| c.entry.as_mut()) {
-            caller.waiting = None;
-            caller.answer = Some(Answer::Value(Json::String(result.unwrap_or_default())));
-        }
-    }
-
-    /// A failure ended the top chain: the main walk's failure ends the run; a called chain's
-    /// failure is raised at its caller's `call`, as the chain's own error value.
-    fn chain_failed(&mut self, place: Place, failure: LuaFailure, around: bool) {
-        if self.chains.len() <= 1 && self.in_arm && failure.kind != FailureKind::Cancelled {
-            self.chains.clear();
-            self.arm_end = Some(ArmEnd::Failed(failure));
-            return;
-        }
-        if self.chains.len() <= 1 || failure.kind == FailureKind::Cancelled {
-            return self.fail_from_lua(place, failure, around);
-        }
-        self.chains.pop();
-        let error = error_value_of(&failure);
-        if let Some(caller) = self.chains.last_mut().and_then(|c| c.entry.as_mut()) {
-            caller.waiting = None;
-            caller.answer = Some(Answer::Error(error));
-        }
-    }
-
-    fn entry_failed(&mut self, entry: Box<Entry>, failure: LuaFailure) {
-        self.events.push(Event::BlockFailed {
-            section: entry.name.clone(),
-        });
-        let (place, name) = (entry.place, entry.name.clone());
-        drop(entry);
-        self.teardown(&name);
-        self.chain_failed(place, failure, false);
-    }
-
-    fn entry_failed_after_block(&mut self, entry: Box<Entry>, failure: LuaFailure) {
-        let (place, name) = (entry.place, entry.name.clone());
-        drop(entry);
-        self.teardown(&name);
-        self.chain_failed(place, failure, true);
-    }
-
-    /// Turn a suspended call's request into Harness work, an immediate answer (a store call
-    /// whose arguments fail, a `call` that cannot start), a called chain, or the end of the
-    /// run (a claims conflict, never catchable).
-    fn dispatch(&mut self, entry: &Entry, request: &Request) -> Result<Dispatch, String> {
-        match request.op.as_str() {
-            "store" => {}
-            "call" => return Ok(self.start_call(entry, &request.payload)),
-            "fanout" => return Ok(self.start_fanout(entry, &request.payload)),
-            _ => return parse_request(request).map(Dispatch::Effect),
-        }
-        let op = match store_op(&request.payload) {
-            Ok(op) => op,
-            Err(answer) => return Ok(Dispatch::Answer(answer)),
-        };
-        let access = match op.access() {
-            Ok(access) => access,
-            Err(err) => return Ok(Dispatch::Answer(store_error_answer(&err))),
-        };
-        if let Err(conflict) = self.claims.claim(self.claim_ref, &access) {
-            return Ok(Dispatch::Fail(conflict.to_run_error()));
-        }
-        Ok(Dispatch::Effect(Effect::Store(op)))
-    }
-
-    /// `call(target, input?)`: start a called chain at the target, or refuse at the call.
-    fn start_call(&mut self, entry: &Entry, payload: &Json) -> Dispatch {
-        let target = payload
-            .get("target")
-            .and_then(Json::as_str)
-            .unwrap_or_default();
-        let input = payload.get("input").and_then(Json::as_str);
-        let Some(parent) = self.chains.last() else {
-            return Dispatch::Answer(lua_error_answer("no chain is running".into()));
-        };
-        let depth = parent.depth + 1;
-        let id = match self.resolve(entry.place, target) {
-            Ok(id) => id,
-            Err(message) => return Dispatch::Answer(lua_error_answer(message)),
-        };
-        if depth > CALL_DEPTH_CAP {
-            return Dispatch::Answer(lua_error_answer(format!(
-                "call recursion exceeded cap of {CALL_DEPTH_CAP}"
-            )));
-        }
-        // The called chain starts from a copy of the caller's var, taken now.
-        let var = match entry.vm.read_back_var() {
-            Ok(var) => var,
-            Err(failure) => return Dispatch::Answer(lua_error_answer(failure.message)),
-        };
-        let (args, argv) = match input {
-            Some(input) => (
-                input.to_owned(),
-                derive_argv(&self.prompt.frontmatter.args, input),
-            ),
-            None => (parent.args.clone(), parent.argv.clone()),
-        };
-        match self.child_chain(id, depth, var, args, argv, None) {
-            Some(chain) => Dispatch::Call(Box::new(chain)),
-            None => Dispatch::Answer(lua_error_answer("no chain is running".into())),
-        }
-    }
-
-    /// A child chain of the top chain, under the top chain's next child id, whose walk starts
-    /// at section `start` among its siblings; `None` when no chain is running. A fanout arm
-    /// (`arm`: its member and position) is a task of its own; any other child runs in its
-    /// parent's task.
-    fn child_chain(
-        &mut self,
-        start: SectionId,
-        depth: u32,
-        var: Json,
-        args: String,
-        argv: Json,
-        arm: Option<(Json, usize)>,
-    ) -> Option<Chain> {
-        let siblings = self.siblings_of(start).to_vec();
-        let next = siblings.iter().position(|s| *s == start).unwrap_or(0);
-        let parent = self.chains.last_mut()?;
-        let id = format!("{}.{}", parent.id, parent.children);
-        parent.children += 1;
-        let task_id = if arm.is_some() {
-            id.clone()
-        } else {
-            parent.task_id.clone()
-        };
-        Some(Chain {
-            id,
-            entries: 0,
-            children: 0,
-            levels: vec![Level { siblings, next }],
-            var,
-            args,
-            argv,
-            depth,
-            entry: None,
-            task_id,
-            item: arm,
-            fanout: None,
-        })
-    }
-
-    /// `fanout(worker, collection)`: one arm per member, each a task chain one level deeper,
-    /// starting at the worker section with a copy of the caller's var; or a refusal at the call.
-    fn start_fanout(&mut self, entry: &Entry, payload: &Json) -> Dispatch {
-        let worker = payload
-            .get("worker")
-            .and_then(Json::as_str)
-            .unwrap_or_default();
-        let items = match payload.get("items") {
-            Some(Json::Array(items)) => items.clone(),
-            _ => Vec::new(),
-        };
-        let Some(parent) = self.chains.last() else {
-            return Dispatch::Answer(lua_error_answer("no chain is running".into()));
-        };
-        let depth = parent.depth + 1;
-        let id = match self.resolve(entry.place, worker) {
-            Ok(id) => id,
-            Err(message) => return Dispatch::Answer(lua_error_answer(message)),
-        };
-        if let Some(section) = self.prompt.section(id)
-            && section.items.is_some()
+    /// Give back the slot a strand holds.
+    pub(crate) fn release_slot(&mut self, strand: &mut Strand, then: Slot) {
+        if strand.slot == Slot::Held
+            && let Some(owner) = strand.owner
         {
-            return Dispatch::Answer(lua_error_answer(format!(
-                "section `{}` is a list section, not a worker template",
-                section.name
-            )));
+            self.admission.release(owner);
+            self.admission_dirty = true;
+            strand.slot = then;
         }
-        if depth > CALL_DEPTH_CAP {
-            return Dispatch::Answer(lua_error_answer(format!(
-                "fanout recursion exceeded cap of {CALL_DEPTH_CAP}"
-            )));
-        }
-        let var = match entry.vm.read_back_var() {
-            Ok(var) => var,
-            Err(failure) => return Dispatch::Answer(lua_error_answer(failure.message)),
-        };
-        let (args, argv) = (parent.args.clone(), parent.argv.clone());
-        let caller_claims = self.claim_ref;
-        let mut arms = Vec::with_capacity(items.len());
-        for (index, item) in items.into_iter().enumerate() {
-            let arm = Some((item.clone(), index + 1));
-            let Some(chain) =
-                self.child_chain(id, depth, var.clone(), args.clone(), argv.clone(), arm)
-            else {
-                break;
-            };
-            let claims = self
-                .claims
-                .fork(caller_claims, chain.id.clone())
-                .unwrap_or(caller_claims);
-            arms.push(Arm {
-                stack: vec![chain],
-                claims,
-                item,
-                end: None,
-            });
-        }
-        Dispatch::Fanout(Box::new(Fanout {
-            arms,
-            caller_claims,
-        }))
     }
 
-    /// Classify a Lua failure that ends the run. `around` marks failures around the blocks
-    /// (shared library load, read-backs), which stay `Lua` even in the H1 pass.
-    fn fail_from_lua(&mut self, place: Place, failure: LuaFailure, around: bool) {
-        let kind = match &failure.kind {
-            FailureKind::Cancelled => {
-                self.end(Outcome::Cancelled);
+    /// Advance a strand until it parks or its own chain ends.
+    fn advance_strand(&mut self, id: StrandId) {
+        let Some(mut strand) = self.strands.remove(&id) else {
+            return;
+        };
+        if let Some(start) = strand.start.take() {
+            self.start_chain(&mut strand, *start);
+        }
+        let end = loop {
+            if self.outcome.is_some() {
                 return;
             }
-            FailureKind::Quota => RunErrorKind::Quota,
-            FailureKind::Internal => RunErrorKind::Internal,
-            FailureKind::Run(name) => RunErrorKind::from_name(name).unwrap_or(RunErrorKind::Lua),
-            FailureKind::Lua if place == Place::H1 && !around => RunErrorKind::RequirementsUnmet,
-            FailureKind::Lua => RunErrorKind::Lua,
-        };
-        let message = match failure.kind {
-            FailureKind::Quota if failure.message.contains("event budget") => {
-                "lua log event quota exceeded".to_owned()
-            }
-            FailureKind::Quota => "lua log byte quota exceeded".to_owned(),
-            _ => failure.message,
-        };
-        let mut error = RunError::new(kind, message);
-        error.traceback = failure.traceback;
-        self.end(Outcome::Failed(error));
-    }
-}
-
-/// Whether an arm's failure is round-cap exhaustion (the one failure a fanout survives).
-fn is_exhausted(failure: &LuaFailure) -> bool {
-    failure
-        .error
-        .as_ref()
-        .is_some_and(|e| e.kind == "tool_loop_exhausted")
-}
-
-/// A failure as the error value raised at its caller (`call`, `fanout`), unchanged.
-fn error_value_of(failure: &LuaFailure) -> ErrorValue {
-    let mut error = failure.error.clone().map_or_else(
-        || ErrorValue {
-            kind: "lua".into(),
-            message: failure.message.clone(),
-            fields: Json::Object(Map::new()),
-            run_kind: String::new(),
-        },
-        |e| *e,
-    );
-    match failure.kind {
-        FailureKind::Quota => error.run_kind = "Quota".into(),
-        FailureKind::Internal => {
-            error.kind = "internal".into();
-            error.run_kind = "Internal".into();
-        }
-        _ => {}
-    }
-    error
-}
-
-/// What a suspended call's request becomes.
-#[derive(Debug)]
-enum Dispatch {
-    /// Work for the Harness.
-    Effect(Effect),
-    /// An answer the engine gives at once.
-    Answer(Answer),
-    /// A `call` starts this chain; the caller waits on it.
-    Call(Box<Chain>),
-    /// A `fanout` starts these arms; the caller waits on them all.
-    Fanout(Box<Fanout>),
-    /// The run ends.
-    Fail(RunError),
-}
-
-/// A `lua`-kind error value answered at once.
-fn lua_error_answer(message: String) -> Answer {
-    Answer::Error(ErrorValue {
-        kind: "lua".into(),
-        message,
-        fields: Json::Object(Map::new()),
-        // No run error kind of its own: an ordinary Lua failure (the H1 gate applies).
-        run_kind: String::new(),
-    })
-}
-
-/// A store error as the error value raised at the call (run error kind `Vfs`).
-pub fn store_error_answer(err: &StoreError) -> Answer {
-    let mut fields = Map::new();
-    if let Ok(Json::Object(map)) = serde_json::to_value(err) {
-        for (key, value) in map {
-            if key != "message" {
-                fields.insert(key, value);
-            }
-        }
-    }
-    Answer::Error(ErrorValue {
-        kind: "store".into(),
-        message: err.message.clone(),
-        fields: Json::Object(fields),
-        run_kind: "Vfs".into(),
-    })
-}
-
-/// A store answer as the value the call returns.
-pub fn store_answer(answer: StoreAnswer) -> Answer {
-    Answer::Value(match answer {
-        StoreAnswer::Text(text) => Json::String(text),
-        StoreAnswer::Bool(b) => Json::Bool(b),
-        StoreAnswer::List(items) => Json::Array(items.into_iter().map(Json::String).collect()),
-        StoreAnswer::Unit => Json::Null,
-    })
-}
-
-/// The store operation a `store.*` call asks for, or the argument error to raise at the call.
-fn store_op(payload: &Json) -> Result<StoreOp, Answer> {
-    let text = |key: &str| {
-        payload
-            .get(key)
-            .and_then(Json::as_str)
-            .unwrap_or_default()
-            .to_owned()
-    };
-    let range = || -> Result<Option<LineRange>, Answer> {
-        let bound = |key: &str| {
-            let raw = payload.get(key);
-            let ty = raw
-                .and_then(|b| b.get("type"))
-                .and_then(Json::as_str)
-                .unwrap_or("nil");
-            let value = raw.and_then(|b| b.get("value"));
-            match (ty, value) {
-                ("nil", _) => BoundArg::Nil,
-                ("integer", Some(v)) => v.as_i64().map_or(BoundArg::Nil, BoundArg::Integer),
-                ("number", Some(v)) => v.as_f64().map_or(BoundArg::Nil, BoundArg::Number),
-                (other, _) => BoundArg::Other(match other {
-                    "string" => "string",
-                    "boolean" => "boolean",
-                    "table" => "table",
-                    "function" => "function",
-                    "thread" => "thread",
-                    _ => "userdata",
-                }),
+            match self.advance_top(&mut strand) {
+                Progress::Continue => {}
+                Progress::Parked => {
+                    self.strands.insert(id, strand);
+                    return;
+                }
+                Progress::Ended(end) => break end,
             }
         };
-        line_range(bound("first"), bound("last")).map_err(lua_error_answer)
-    };
-    let op = text("op");
-    Ok(match op.as_str() {
-        "read" => StoreOp::Read {
-            path: text("path"),
-            range: range()?,
-        },
-        "read_numbered" => StoreOp::ReadNumbered {
-            path: text("path"),
-            range: range()?,
-        },
-        "write" => StoreOp::Write {
-            path: text("path"),
-            contents: text("contents"),
-        },
-        "append" => StoreOp::Append {
-            path: text("path"),
-            contents: text("contents"),
-        },
-        "str_replace" => StoreOp::StrReplace {
-            path: text("path"),
-            old: text("old"),
-            new: text("new"),
-        },
-        "delete" => StoreOp::Delete { path: text("path") },
-        "exists" => StoreOp::Exists { path: text("path") },
-        "glob" => StoreOp::Glob {
-            pattern: text("pattern"),
-        },
-        other => {
-            return Err(lua_error_answer(format!(
-                "unknown store operation `{other}`"
-            )));
-        }
-    })
-}
+        self.strand_ended(strand, end);
+    }
 
-/// Parse a suspended call's request into an effect for the Harness.
-fn parse_request(request: &Request) -> Result<Effect, String> {
-    match request.op.as_str() {
-        "model.infer" => {
-            let model: ModelTarget =
-                serde_json::from_value(request.payload.get("model").cloned().unwrap_or(Json::Null))
-                    .map_err(|e| format!("malformed model.infer request: {e}"))?;
-            let prompt = request
-                .payload
-                .get("prompt")
-                .and_then(Json::as_str)
-                .unwrap_or_default()
-                .to_owned();
-            Ok(Effect::ModelRound(ModelRound {
-                infer: true,
-                model,
-                messages: vec![serde_json::json!({"role": "user", "content": prompt})],
-                tools: Vec::new(),
-            }))
+    /// A strand's own chain ended: the main walk's end is the run's; a task's end goes to
+    /// whoever waits on it.
+    pub(crate) fn strand_ended(&mut self, mut strand: Box<Strand>, end: StrandEnd) {
+        if strand.id != MAIN {
+            self.release_slot(&mut strand, Slot::Exempt);
+            self.task_ended(strand, end);
+            return;
         }
-        "input.ask" => Ok(Effect::Ask),
-        "tool.call" => {
-            let text = |key: &str| {
-                request
-                    .payload
-                    .get(key)
-                    .and_then(Json::as_str)
-                    .unwrap_or_default()
-                    .to_owned()
-            };
-            let args = match request.payload.get("args") {
-                Some(Json::Object(map)) => Json::Object(map.clone()),
-                _ => Json::Object(Map::new()),
-            };
-            Ok(Effect::Tool {
-                alias: text("alias"),
-                path: text("path"),
-                args,
-            })
+        let outcome = match end {
+            StrandEnd::Returned(result) => {
+                Outcome::Completed(result.unwrap_or_else(|| "done".to_owned()))
+            }
+            StrandEnd::Failed { failure, h1_gate } => run_outcome(failure, h1_gate),
+        };
+        self.end(outcome);
+    }
+
+    /// Take one answer: it goes to the entry waiting on it, or it is a wait's timeout.
+    fn deliver(&mut self, delivered: Delivered) {
+        let Some(strand) = self.strands.get_mut(&delivered.strand) else {
+            return;
+        };
+        if strand.wait.as_ref().and_then(TaskWait::timer) == Some(delivered.id) {
+            self.wait_timed_out(delivered.strand);
+            return;
         }
-        "model.loop" => {
-            let model: ModelTarget =
-                serde_json::from_value(request.payload.get("model").cloned().unwrap_or(Json::Null))
-                    .map_err(|e| format!("malformed model.loop request: {e}"))?;
-            let list = |key: &str| match request.payload.get(key) {
-                Some(Json::Array(items)) => items.clone(),
-                _ => Vec::new(),
-            };
-            Ok(Effect::ModelRound(ModelRound {
-                infer: false,
-                model,
-                messages: list("messages"),
-                tools: list("tools"),
-            }))
+        let Some(entry) = strand.top_mut().and_then(|c| c.entry.as_mut()) else {
+            return;
+        };
+        if !matches!(entry.waiting, Some(Wait::Effect(id, _)) if id == delivered.id) {
+            return;
         }
-        other => Err(format!("unsupported suspending request `{other}`")),
+        let replied = delivered.work == Work::Chat
+            && matches!(&delivered.answer, Answer::Value(v) if v.get("overflow").is_none());
+        entry.waiting = None;
+        entry.answer = Some(delivered.answer);
+        if replied {
+            strand.turns += 1;
+        }
+        self.runnable.insert(delivered.strand);
+    }
+
+    /// A parked wait ended with this answer: the strand runs again (after taking its slot back,
+    /// when it lent it).
+    pub(crate) fn wake(&mut self, id: StrandId, answer: Answer) {
+        let Some(mut strand) = self.strands.remove(&id) else {
+            return;
+        };
+        if let Some(timer) = strand.wait.take().and_then(|w| w.timer()) {
+            self.effects.withdraw(timer);
+        }
+        if let Some(entry) = strand.top_mut().and_then(|c| c.entry.as_mut()) {
+            entry.waiting = None;
+            entry.answer = Some(answer);
+        }
+        if strand.slot == Slot::Lent {
+            self.queue_for_slot(&mut strand);
+        } else {
+            self.runnable.insert(id);
+        }
+        self.strands.insert(id, strand);
+    }
+
+    /// Stop a strand that is not running (a cancel, a fail-fast, its owner's end): its VMs
+    /// are dropped, its outstanding work withdrawn, its slot freed, and every task its chains
+    /// own abandoned in turn.
+    pub(crate) fn stop_strand(&mut self, mut strand: Box<Strand>) {
+        self.runnable.remove(&strand.id);
+        match strand.slot {
+            Slot::Held => self.release_slot(&mut strand, Slot::Exempt),
+            Slot::Queued => {
+                if let Some(owner) = strand.owner {
+                    self.admission.dequeue(owner, strand.seq);
+                }
+            }
+            Slot::Lent | Slot::Exempt => {}
+        }
+        if let Some(wait) = strand.wait.take() {
+            if let Some(timer) = wait.timer() {
+                self.effects.withdraw(timer);
+            }
+            if let TaskWait::Fanout(fanout) = wait {
+                self.stop_fanout(fanout, AbandonReason::OwnerAborted);
+            }
+        }
+        let task = strand.task.clone();
+        while let Some(chain) = strand.stack.pop() {
+            if let Some(entry) = &chain.entry {
+                if let Some(Wait::Effect(id, _)) = entry.waiting {
+                    self.effects.withdraw(id);
+                }
+                let name = entry.name.clone();
+                self.teardown(&task, &name);
+            }
+            self.abandon_owned(&chain.owned, AbandonReason::OwnerAborted);
+            if let Some(carried) = &chain.carried {
+                self.abandon_owned(&carried.0, AbandonReason::OwnerAborted);
+            }
+            self.admission.remove_chain(chain.key);
+        }
+    }
+
+    pub(crate) fn teardown(&mut self, task: &TaskId, section: &str) {
+        self.event(
+            task,
+            EventKind::TeardownStarted {
+                section: section.to_owned(),
+            },
+        );
+        self.event(
+            task,
+            EventKind::TeardownSucceeded {
+                section: section.to_owned(),
+            },
+        );
     }
 }
 
@@ -1506,7 +639,7 @@ fn models_state(prompt: &Prompt, ctx: &RunContext) -> ModelsState {
 }
 
 /// A small, stable hash (FNV-1a) for deriving per-entry seeds from entry ids.
-fn fnv1a(bytes: &[u8]) -> u64 {
+pub(crate) fn fnv1a(bytes: &[u8]) -> u64 {
     let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
     for b in bytes {
         hash ^= u64::from(*b);

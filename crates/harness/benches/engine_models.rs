@@ -29,14 +29,14 @@ use axum::http::StatusCode;
 use axum::response::Response;
 use axum::routing::post;
 use criterion::{Criterion, criterion_group, criterion_main};
-use promptforge_engine::run::{ModelRound, store_answer, store_error_answer};
+use promptforge_engine::protocol::Answer;
+use promptforge_engine::protocol::{ModelRound, store_answer, store_error_answer};
 use promptforge_engine::{Effect, ModelInfo, Outcome, Run, RunContext, Step, ThinkingCapability};
 use promptforge_harness::model::{
     ChatRequest, FinishReason, Message, ModelFuture, ModelLimits, ModelProvider, OpenAiOptions,
     OpenAiProvider, Reply, ReplyObserver, ToolCall, Usage, reply_answer, round_request,
 };
 use promptforge_harness::store::Store;
-use promptforge_lua::vm::Answer;
 use promptforge_syntax::Prompt;
 use serde_json::{Value as Json, json};
 
@@ -247,20 +247,20 @@ impl Host {
         loop {
             match run.step() {
                 Step::Done(outcome) => return outcome,
-                Step::Effects(effects) => {
+                Step::Effects(batch) => {
                     assert!(
-                        !effects.is_empty(),
+                        !batch.issued.is_empty(),
                         "the run is blocked with nothing issued"
                     );
-                    for (id, effect) in effects {
+                    for (id, effect) in batch.issued {
                         let answer = match effect {
                             Effect::ModelRound(round) => self.round(&round),
                             Effect::Store(op) => match self.store.perform(&op) {
                                 Ok(answer) => store_answer(answer),
                                 Err(err) => store_error_answer(&err),
                             },
-                            Effect::Ask | Effect::Tool { .. } => {
-                                panic!("this prompt asks no one and calls no tool")
+                            Effect::Ask | Effect::Tool { .. } | Effect::Timer { .. } => {
+                                panic!("this prompt asks no one, calls no tool and never waits")
                             }
                         };
                         run.resume(id, answer);

@@ -13,7 +13,7 @@ use std::hint::black_box;
 use std::sync::Arc;
 
 use criterion::{BatchSize, Criterion, Throughput, criterion_group, criterion_main};
-use promptforge_engine::run::{store_answer, store_error_answer};
+use promptforge_engine::protocol::{store_answer, store_error_answer};
 use promptforge_engine::{Effect, Outcome, Run, RunContext, Step};
 use promptforge_harness::store::{DirBackend, Durability, Store, StoreOp};
 use promptforge_syntax::Prompt;
@@ -65,19 +65,22 @@ fn drive(prompt: &Arc<Prompt>, store: &mut Store) -> Outcome {
     loop {
         match run.step() {
             Step::Done(outcome) => return outcome,
-            Step::Effects(effects) => {
+            Step::Effects(batch) => {
                 assert!(
-                    !effects.is_empty(),
+                    !batch.issued.is_empty(),
                     "the run is blocked with nothing issued"
                 );
-                for (id, effect) in effects {
+                for (id, effect) in batch.issued {
                     let answer = match effect {
                         Effect::Store(op) => match store.perform(&op) {
                             Ok(answer) => store_answer(answer),
                             Err(err) => store_error_answer(&err),
                         },
-                        Effect::ModelRound(_) | Effect::Ask | Effect::Tool { .. } => {
-                            panic!("this prompt makes no model round and asks no one")
+                        Effect::ModelRound(_)
+                        | Effect::Ask
+                        | Effect::Tool { .. }
+                        | Effect::Timer { .. } => {
+                            panic!("this prompt makes no model round, asks no one, never waits")
                         }
                     };
                     run.resume(id, answer);

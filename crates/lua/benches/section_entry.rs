@@ -40,6 +40,7 @@ fn config() -> VmConfig {
         input_plugin: None,
         bound_tools: Arc::from(Vec::new()),
         item: None,
+        model_tasks: false,
     }
 }
 

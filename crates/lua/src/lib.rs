@@ -6,10 +6,12 @@
 //! values, and the yield shims through which suspending calls reach the engine. It does no I/O.
 
 pub mod conversation;
+pub mod errors;
 pub mod json;
 pub mod models;
 pub mod order;
 pub mod raise;
 pub mod substitution;
+pub mod task_id;
 pub mod untrusted;
 pub mod vm;

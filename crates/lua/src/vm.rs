@@ -20,6 +20,7 @@ use promptforge_syntax::heading_ref::parse_heading_ref;
 use serde_json::Value as Json;
 
 use crate::conversation::{self, Record, UsageMemory};
+pub use crate::errors::{Answer, ErrorValue, RunErrorKind};
 use crate::json::{self, lua_type_name};
 use crate::models::{self, ModelsState, Sampling};
 use crate::raise::find_raise;
@@ -41,7 +42,7 @@ const CANCEL_POLL_INSTRUCTIONS: u32 = 1000;
 const SHIM_NAME: &str = "=promptforge/vm.lua";
 const SHIM_SOURCE: &str = include_str!("shim/vm.lua");
 /// Shim modules loaded on a VM's first use of them: (name, chunk name, source).
-const SHIM_MODULES: [(&str, &str, &str); 4] = [
+const SHIM_MODULES: [(&str, &str, &str); 5] = [
     (
         "control",
         "=promptforge/control.lua",
@@ -61,6 +62,11 @@ const SHIM_MODULES: [(&str, &str, &str); 4] = [
         "tools",
         "=promptforge/tools.lua",
         include_str!("shim/tools.lua"),
+    ),
+    (
+        "tasks",
+        "=promptforge/tasks.lua",
+        include_str!("shim/tasks.lua"),
     ),
 ];
 /// Registry key of the shim's private API table.
@@ -122,8 +128,12 @@ pub struct VmConfig {
     pub input_plugin: Option<bool>,
     /// The run's bound tool slots, in declaration order.
     pub bound_tools: Arc<[BoundTool]>,
-    /// In a fanout arm's worker section: its member (`item`, step 4).
+    /// In a fanout arm's worker section (or a task's first section): its member (`item`,
+    /// step 4).
     pub item: Option<Json>,
+    /// The entry starts with model tasks of its own (handed over from the H1 pass), so its
+    /// `models.loop` rounds gather task notices from the first round.
+    pub model_tasks: bool,
 }
 
 /// A bound tool slot: its alias and the tool the catalog bound it to.
@@ -149,29 +159,6 @@ pub struct Request {
     pub payload: Json,
 }
 
-/// The answer to a suspended call: the value, or an error to raise at the call.
-#[derive(Debug, Clone, PartialEq)]
-pub enum Answer {
-    /// The call returns this value (JSON data).
-    Value(Json),
-    /// The call raises this error value.
-    Error(ErrorValue),
-}
-
-/// An error value to raise in Lua at a suspended call.
-#[derive(Debug, Clone, PartialEq)]
-pub struct ErrorValue {
-    /// `err.kind`, one of the thirteen tags.
-    pub kind: String,
-    /// `err.message`.
-    pub message: String,
-    /// The kind's own fields (`reason`, `path`, ...), a JSON object.
-    pub fields: Json,
-    /// The run error kind the error ends the run with when left uncaught (e.g. `Vfs`); empty
-    /// for an ordinary Lua failure (`Lua`, or `RequirementsUnmet` in the H1 pass).
-    pub run_kind: String,
-}
-
 /// The first value a block returned, rendered by the scalar return rule.
 pub type BlockResult = Option<String>;
 
@@ -187,7 +174,7 @@ pub enum FailureKind {
     /// The Host cancelled the run.
     Cancelled,
     /// An Engine error value that carries its own run error kind (e.g. `Vfs`, `Binding`).
-    Run(String),
+    Run(RunErrorKind),
 }
 
 /// A failure that left a block, the shared library load, or a read-back.
@@ -292,6 +279,17 @@ enum Running {
     Block,
 }
 
+thread_local! {
+    /// Section VMs alive on this thread (VMs never cross threads).
+    static LIVE_VMS: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+}
+
+/// How many section VMs are alive on this thread: what a queued task costs (nothing) and what
+/// a run holds at its peak can be measured with it.
+pub fn live_vms() -> usize {
+    LIVE_VMS.with(std::cell::Cell::get)
+}
+
 /// A section VM.
 #[derive(Debug)]
 pub struct SectionVm {
@@ -302,6 +300,12 @@ pub struct SectionVm {
     /// The function to hand the runner on the coroutine's first resume.
     pending_first: Option<Function>,
     shared: Rc<RefCell<Shared>>,
+}
+
+impl Drop for SectionVm {
+    fn drop(&mut self) {
+        LIVE_VMS.with(|n| n.set(n.get().saturating_sub(1)));
+    }
 }
 
 /// Render a block's first returned value by the scalar return rule.
@@ -422,6 +426,7 @@ impl SectionVm {
                 cfg_table.raw_set("item", json::from_json(&lua, item)?)?;
             }
             cfg_table.raw_set("round_cap", cfg.round_cap)?;
+            cfg_table.raw_set("model_tasks", cfg.model_tasks)?;
             let bound = lua.create_table()?;
             for (i, tool) in cfg.bound_tools.iter().enumerate() {
                 let t = lua.create_table()?;
@@ -450,6 +455,7 @@ impl SectionVm {
             Ok(api)
         };
         let api = build().map_err(|e| LuaFailure::internal(&e))?;
+        LIVE_VMS.with(|n| n.set(n.get() + 1));
         Ok(SectionVm {
             lua,
             api,
@@ -654,6 +660,13 @@ impl SectionVm {
                         let nonce = s.borrow().nonce.clone();
                         crate::untrusted::wrap(&text, &nonce).into_lua_multi(lua)
                     }
+                    "task_id_ok" => match &a {
+                        Value::String(text) => text
+                            .to_str()
+                            .is_ok_and(|t| crate::task_id::parse_task_id(&t).is_some())
+                            .into_lua_multi(lua),
+                        _ => false.into_lua_multi(lua),
+                    },
                     "utf8_ok" => match a {
                         Value::String(text) => text.to_str().is_ok().into_lua_multi(lua),
                         _ => false.into_lua_multi(lua),
@@ -884,7 +897,7 @@ impl SectionVm {
                 t.raw_set("kind", err.kind)?;
                 t.raw_set("message", err.message)?;
                 t.raw_set("fields", json::from_json(&self.lua, &err.fields)?)?;
-                t.raw_set("run_kind", err.run_kind)?;
+                t.raw_set("run_kind", err.run_kind.map_or("", RunErrorKind::as_str))?;
                 Ok((false, Value::Table(t)))
             }
         }
@@ -929,13 +942,14 @@ impl SectionVm {
                 other => format!("(error object is a {} value)", lua_type_name(other)),
             },
         };
-        let kind = match run_kind.as_deref() {
-            Some("Quota") => FailureKind::Quota,
-            Some("Internal") => FailureKind::Internal,
-            Some("Cancelled") => FailureKind::Cancelled,
-            Some(other) => FailureKind::Run(other.to_owned()),
-            None if error_kind.as_deref() == Some("cancelled") => FailureKind::Cancelled,
-            None => FailureKind::Lua,
+        let typed_run_kind = run_kind.as_deref().and_then(RunErrorKind::from_name);
+        let kind = match (run_kind.as_deref(), typed_run_kind) {
+            (_, Some(RunErrorKind::Quota)) => FailureKind::Quota,
+            (_, Some(RunErrorKind::Internal)) => FailureKind::Internal,
+            (Some("Cancelled"), _) => FailureKind::Cancelled,
+            (_, Some(other)) => FailureKind::Run(other),
+            _ if error_kind.as_deref() == Some("cancelled") => FailureKind::Cancelled,
+            _ => FailureKind::Lua,
         };
         // The run message opens with a `{location}:{line}: ` tag: taken from the first
         // region marker in the text, or, for a lua-kind Engine error value, from where it was
@@ -975,7 +989,7 @@ impl SectionVm {
                 tagged.clone()
             },
             fields,
-            run_kind: run_kind.clone().unwrap_or_default(),
+            run_kind: typed_run_kind,
         };
         LuaFailure {
             kind,
@@ -1467,6 +1481,7 @@ mod tests {
             input_plugin: None,
             bound_tools: Arc::from(Vec::new()),
             item: None,
+            model_tasks: false,
         }
     }
 

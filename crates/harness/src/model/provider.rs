@@ -31,6 +31,16 @@ pub trait ModelProvider: Send + Sync + Debug {
     fn complete<'a>(&'a self, request: &'a ChatRequest) -> ModelFuture<'a> {
         self.stream(request, &IgnoreFragments)
     }
+
+    /// The round's reply right now, for a provider that needs no I/O to give it (the scripted
+    /// model). A Host calls this when it issues the round, in the engine's issue order, so a
+    /// provider that answers from state shared across rounds binds each reply to the round it
+    /// was issued for, however many rounds are in flight. `None` (the default): run the round
+    /// with [`ModelProvider::stream`] or [`ModelProvider::complete`].
+    fn answer_at_once(&self, request: &ChatRequest) -> Option<Result<Reply, ModelError>> {
+        let _ = request;
+        None
+    }
 }
 
 /// Watches a round's reply as it streams (the Host's live output). Observers must be quick:

@@ -491,6 +491,10 @@ impl ScriptedModel {
 }
 
 impl ModelProvider for ScriptedModel {
+    fn answer_at_once(&self, request: &ChatRequest) -> Option<Result<Reply, ModelError>> {
+        Some(self.answer(request))
+    }
+
     fn stream<'a>(
         &'a self,
         request: &'a ChatRequest,

@@ -133,6 +133,11 @@ models.loop = function(...)
     if rounds >= cfg.round_cap then
       typed_error('tool_loop_exhausted', 'tool-call loop did not converge', nil, 'Tool')
     end
+    -- Task notices for this section's model join the list before the round.
+    if P.has_model_tasks then
+      local notices = P.module('tasks').notices()
+      for i = 1, #notices do list[#list + 1] = { role = 'user', content = notices[i] } end
+    end
     -- The section's model is looked up again for every round (unless a handle pins it).
     if handle == nil then
       target, missing = host('round_model', nil)

@@ -9,6 +9,7 @@ local table_concat, table_sort, table_pack, table_unpack =
   P.table_concat, P.table_sort, P.table_pack, P.table_unpack
 
 local ENGINE_TOOLS = { task = true, task_cancel = true, task_status = true, await_tasks = true }
+local string_match = P.string_match
 local PARAM_TYPES = { string = true, integer = true, number = true, boolean = true }
 
 -- Bound tool slots, in declaration order.
@@ -53,9 +54,11 @@ local function list(names)
   return '[' .. table_concat(names, ', ') .. ']'
 end
 
--- The section's own scope: aliases it added (in order), its description overrides, and its
--- local tools (in registration order).
+-- The section's own scope: aliases it added (in order), its description overrides, its
+-- local tools (in registration order), and the task built-ins' allowlist (`tools.allow_tasks`:
+-- nil until it runs, true for any section, else the list of headings).
 local added, added_set, overrides = {}, {}, {}
+local allowed = nil
 local locals, local_by_alias = {}, {}
 local handler_depth = 0
 
@@ -74,7 +77,61 @@ local function bound_scope()
   return scope, always
 end
 
--- What a model round offers: the bound scope, then the local tools.
+-- The task built-ins, in their fixed order; `task` names the targets it accepts.
+local ID_SCHEMA = {
+  type = 'object',
+  properties = {
+    id = { type = 'string', description = 'The task id, exactly as `task` returned it, such as `0.0`.' },
+  },
+  required = { 'id' },
+}
+local function task_tool_specs()
+  local targets
+  if allowed == true then
+    targets = '`target` must be any section of this prompt, named by its heading (for example `## Research`).'
+  else
+    targets = '`target` must be one of: ' .. table_concat(allowed, ', ')
+  end
+  return {
+    {
+      name = 'task',
+      description = 'Start a background task that runs one section of this prompt beside you; it '
+        .. 'returns its task id at once, and the result reaches you later as a task notice. '
+        .. targets,
+      parameters = {
+        type = 'object',
+        properties = {
+          target = { type = 'string', description = 'The heading of the section to run, such as `## Research`.' },
+          input = { type = 'string', description = "Optional: replaces the task's argument string." },
+        },
+        required = { 'target' },
+      },
+    },
+    {
+      name = 'task_cancel',
+      description = 'Cancel one of the tasks you started.',
+      parameters = ID_SCHEMA,
+    },
+    {
+      name = 'task_status',
+      description = 'Read one line of status about one of the tasks you started.',
+      parameters = ID_SCHEMA,
+    },
+    {
+      name = 'await_tasks',
+      description = 'Wait until one of the tasks you started ends, then read every task notice '
+        .. 'that has arrived, one per line.',
+      parameters = {
+        type = 'object',
+        properties = {
+          timeout = { type = 'number', description = 'Optional: stop waiting after this many seconds (fractions allowed).' },
+        },
+      },
+    },
+  }
+end
+
+-- What a model round offers: the bound scope, the local tools, then the task built-ins.
 local function round_tools()
   local scope, always = bound_scope()
   local always_desc = {}
@@ -94,6 +151,13 @@ local function round_tools()
     local l = locals[i]
     specs[#specs + 1] = { name = l.alias, description = l.description, parameters = l.schema }
     names[#names + 1] = l.alias
+  end
+  if allowed ~= nil then
+    local task_specs = task_tool_specs()
+    for i = 1, #task_specs do
+      specs[#specs + 1] = task_specs[i]
+      names[#names + 1] = task_specs[i].name
+    end
   end
   return specs, names
 end
@@ -171,6 +235,10 @@ M.tool_object = tool_object
 -- Answer one model tool call inside models.loop: the text for its tool record. A bound
 -- tool's failure becomes untrusted failure text; a handler's error ends the loop.
 M.answer_call = function(name, args)
+  -- A task built-in always reaches the Engine, before any alias is looked up.
+  if ENGINE_TOOLS[name] and allowed ~= nil then
+    return P.module('tasks').model_tool(name, args, allowed)
+  end
   count_call(name)
   local l = local_by_alias[name]
   if l then return run_handler(l, args) end
@@ -289,6 +357,34 @@ M.add_local = function(alias, description, params, handler)
   local l = { alias = alias, description = description, schema = schema, handler = handler }
   locals[#locals + 1] = l
   local_by_alias[alias] = l
+end
+
+-- tools.allow_tasks(targets?): the task built-ins join every later round of the section.
+M.allow_tasks = function(targets)
+  if targets == nil then
+    allowed = true
+    return
+  end
+  if type(targets) ~= 'table' then
+    raise('tools.allow_tasks targets must be a list of section headings, got ' .. arg_type(targets))
+  end
+  local list, i = {}, 1
+  while true do
+    local v = targets[i]
+    if v == nil then break end
+    if type(v) ~= 'string' then
+      raise('tools.allow_tasks targets must be section heading strings, got ' .. arg_type(v))
+    end
+    local heading = string_match(v, '^%s*(.-)%s*$')
+    if heading == '' then raise('tools.allow_tasks targets must be non-empty section headings') end
+    list[i] = heading
+    i = i + 1
+  end
+  if i == 1 then
+    raise('tools.allow_tasks targets must name at least one section; call it with no argument '
+      .. 'to allow any section')
+  end
+  allowed = list
 end
 
 M.call = function(alias, args)

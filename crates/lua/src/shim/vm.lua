@@ -383,6 +383,9 @@ local P = {
   table_pack = table_pack, table_unpack = table_unpack,
   control_pending = function() return host('control_pending') end,
   handler_depth = 0,
+  unwrap = unwrap,
+  -- Whether this section's model has started tasks, so its rounds gather task notices.
+  has_model_tasks = cfg.model_tasks,
 }
 local loaded = {}
 local function module(name)
@@ -414,7 +417,7 @@ rawset(G, 'models', stubs('models', function(m) return m.models end, {
   'use', 'default', 'get', 'infer', 'loop',
 }))
 rawset(G, 'messages', stubs('models', function(m) return m.messages end, { 'new' }))
-local tools = stubs('tools', whole, { 'add', 'always', 'add_local', 'call' })
+local tools = stubs('tools', whole, { 'add', 'always', 'add_local', 'call', 'allow_tasks' })
 P.tools_table = tools
 P.module = module
 rawset(G, 'tools', tools)
@@ -425,22 +428,9 @@ for name, stub in next, stubs('control', whole, { 'untrusted', 'call', 'jump', '
   rawset(G, name, stub)
 end
 
--- tasks (chapter 15) is not implemented yet: its functions exist so that a prompt using one
--- fails with a message that says so, rather than with an index of a nil global.
-local TASK_FUNCTIONS = {
-  spawn = true, join = true, join_any = true, pending = true, ready = true, status = true,
-  cancel = true, note = true, concurrency = true,
-}
-rawset(G, 'tasks', setmetatable({}, {
-  __index = function(_, k)
-    if TASK_FUNCTIONS[k] then
-      return function()
-        raise('tasks.' .. k .. ' is not supported by this PromptForge build yet (tasks, '
-          .. 'chapter 15, are not implemented; fanout covers parallel work)')
-      end
-    end
-    return nil
-  end,
+-- tasks (chapter 15): stubs over the `tasks` module.
+rawset(G, 'tasks', stubs('tasks', whole, {
+  'spawn', 'join_any', 'join', 'concurrency', 'ready', 'status', 'pending', 'note', 'cancel',
 }))
 
 -- 8. The globals of declared Plugins: promptforge/user-input's prelude defines `input`.
@@ -484,9 +474,10 @@ end
 -- value), its message, and the run error kind it carries (nil: decided by the caller).
 -- An error value raised again after another suspending call keeps its run error kind only
 -- for the kinds the spec lists; a log quota error is `Quota` while it is fresh.
+-- A `cancelled` value raised again later is the cancelled outcome (no run error kind at all).
 local KEEPS_KIND_LATER = {
   context_exhausted = 'reason', tool_loop_exhausted = true, empty_model_reply = true,
-  tool = true, store = 'reason', cancelled = true,
+  tool = true, store = 'reason', task_not_owned = 'task', task_consumed = 'task',
 }
 api.classify = function(e)
   if getmetatable(e) == ERR then

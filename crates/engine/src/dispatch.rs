@@ -1,0 +1,174 @@
+//! What a suspended call becomes: Harness work, an answer given at once (an argument error, a
+//! `tasks` call that never waits), a called chain pushed on the strand, a park on tasks, or the
+//! end of the run (a claims conflict, which nothing catches).
+
+use std::sync::Arc;
+
+use promptforge_lua::vm::Request;
+use serde_json::Value as Json;
+
+use crate::args::derive_argv;
+use crate::outcome::RunError;
+use crate::protocol::{Answer, Effect, store_error_answer};
+use crate::requests::{harness_effect, lua_error, store_op, text_field};
+use crate::run::{CALL_DEPTH_CAP, Run};
+use crate::strand::Seed;
+use crate::strand::{Chain, Entry, Level, Start, Strand};
+
+/// What a suspended call's request becomes.
+#[derive(Debug)]
+pub(crate) enum Dispatch {
+    /// Work for the Harness.
+    Effect(Effect),
+    /// An answer the engine gives at once.
+    Answer(Answer),
+    /// A `call` starts this chain; the caller waits on it.
+    Call(Box<Chain>),
+    /// The strand parks on the wait its `wait` field now holds.
+    Park,
+    /// The run ends.
+    Fail(RunError),
+}
+
+/// Which call is starting a chain: it decides the depth cap's message and whether a list
+/// section may be the target.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Starter {
+    /// `call`.
+    Call,
+    /// `tasks.spawn` and the model's `task`.
+    Spawn,
+    /// `fanout`.
+    Fanout,
+}
+
+impl Run {
+    /// Turn a suspended call's request into work.
+    pub(crate) fn dispatch(
+        &mut self,
+        s: &mut Strand,
+        entry: &mut Entry,
+        request: &Request,
+    ) -> Result<Dispatch, String> {
+        let payload = &request.payload;
+        Ok(match request.op.as_str() {
+            "store" => self.store_call(s, payload),
+            "call" => self.start_call(s, entry, payload),
+            "fanout" => self.start_fanout(s, entry, payload),
+            op if op.starts_with("tasks.") => self.tasks_call(s, entry, op, payload),
+            _ => return harness_effect(request).map(Dispatch::Effect),
+        })
+    }
+
+    /// A store call: its path and arguments are checked and its claim recorded before it
+    /// reaches the store; a claims conflict ends the run.
+    fn store_call(&mut self, s: &Strand, payload: &Json) -> Dispatch {
+        let op = match store_op(payload) {
+            Ok(op) => op,
+            Err(answer) => return Dispatch::Answer(answer),
+        };
+        let access = match op.access() {
+            Ok(access) => access,
+            Err(err) => return Dispatch::Answer(store_error_answer(&err)),
+        };
+        if let Err(conflict) = self.claims.claim(s.claims, &access) {
+            return Dispatch::Fail(conflict.to_run_error());
+        }
+        Dispatch::Effect(Effect::Store(op))
+    }
+
+    /// Resolve a chain's start (`call`, `tasks.spawn`, a fanout's worker, the model's `task`)
+    /// from the calling entry: the target over its visible set, the list-section and depth
+    /// rules, and the input it runs under (`input`, or the caller's own). The caller's `var`
+    /// snapshot is taken now.
+    pub(crate) fn chain_start(
+        &self,
+        s: &Strand,
+        entry: &Entry,
+        target: &str,
+        input: Option<&str>,
+        starter: Starter,
+    ) -> Result<Start, String> {
+        let top = s
+            .top()
+            .ok_or("internal invariant violated: a strand has no chain")?;
+        let section = self.resolve(entry.place, target)?;
+        if starter != Starter::Call
+            && let Some(found) = self.prompt.section(section)
+            && found.items.is_some()
+        {
+            return Err(format!(
+                "section `{}` is a list section, not a worker template",
+                found.name
+            ));
+        }
+        if top.depth + 1 > CALL_DEPTH_CAP {
+            let word = match starter {
+                Starter::Call | Starter::Spawn => "call",
+                Starter::Fanout => "fanout",
+            };
+            return Err(format!("{word} recursion exceeded cap of {CALL_DEPTH_CAP}"));
+        }
+        let var = entry
+            .vm
+            .read_back_var()
+            .map_err(|failure| failure.message)?;
+        let (args, argv) = match input {
+            Some(input) => (
+                Arc::from(input),
+                Arc::new(derive_argv(&self.prompt.frontmatter.args, input)),
+            ),
+            None => (top.args.clone(), top.argv.clone()),
+        };
+        Ok(Start {
+            section,
+            var: Arc::new(var),
+            args,
+            argv,
+            seed: Seed::default(),
+        })
+    }
+
+    /// `call(target, input?)`: a called chain on top of the caller's, or a refusal at the call.
+    fn start_call(&mut self, s: &mut Strand, entry: &Entry, payload: &Json) -> Dispatch {
+        let input = payload.get("input").and_then(Json::as_str);
+        let start = match self.chain_start(
+            s,
+            entry,
+            text_field(payload, "target"),
+            input,
+            Starter::Call,
+        ) {
+            Ok(start) => start,
+            Err(message) => return Dispatch::Answer(lua_error(message)),
+        };
+        let parent = self.prompt.section(start.section).and_then(|x| x.parent);
+        let next = self
+            .siblings(parent)
+            .iter()
+            .position(|x| *x == start.section)
+            .unwrap_or(0);
+        let Some(top) = s.top_mut() else {
+            return Dispatch::Answer(lua_error("internal invariant violated: no chain"));
+        };
+        let id = top.id.child(top.children);
+        top.children += 1;
+        let depth = top.depth + 1;
+        let key = self.admission.add_chain(Some(top.key));
+        Dispatch::Call(Box::new(Chain {
+            id,
+            key,
+            entries: 0,
+            children: 0,
+            levels: vec![Level { parent, next }],
+            var: Arc::unwrap_or_clone(start.var),
+            args: start.args,
+            argv: start.argv,
+            depth,
+            entry: None,
+            seed: None,
+            owned: Vec::new(),
+            carried: None,
+        }))
+    }
+}

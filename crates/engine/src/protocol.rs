@@ -1,0 +1,223 @@
+//! The protocol between a run and its Host: the effects a run asks for, their ids, the answers
+//! the Host gives, and what one [`Run::step`](crate::Run::step) returns.
+//!
+//! Everything here is plain data with serde derives, so a Host (or a recorder) can write a run's
+//! effects and answers down and read them back; a Host needs nothing else from the engine's
+//! dependencies. [`Answer`], [`ErrorValue`] and [`RunErrorKind`] are the one definition the
+//! section VM also uses, re-exported here.
+//!
+//! # Delivery order
+//!
+//! A Host may answer outstanding effects in any order and at any time; the engine takes the
+//! answers in an order of its own, so that nothing observable depends on when they arrived
+//! (see [`Delivery`]).
+
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value as Json};
+
+pub use promptforge_lua::errors::{Answer, ErrorValue, RunErrorKind};
+
+use crate::outcome::Outcome;
+use crate::store_path::{StoreAnswer, StoreError, StoreOp};
+
+/// An effect id: unique within a run and assigned in issue order, which is itself the same on
+/// every run with the same prompt, seed, start instant and answers.
+pub type EffectId = u64;
+
+/// Harness work the engine asks for.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "effect", content = "request", rename_all = "snake_case")]
+pub enum Effect {
+    /// One model round.
+    ModelRound(ModelRound),
+    /// One store operation (path already validated, claim already recorded).
+    Store(StoreOp),
+    /// `input.ask()`: the operator's next message, through the `promptforge/user-input`
+    /// Plugin's ask tool (the Host answers `{text, available}`).
+    Ask,
+    /// A call to a bound tool (answered with the tool's output text, or a `tool` error).
+    Tool {
+        /// The alias it was called by.
+        alias: String,
+        /// The tool path.
+        path: String,
+        /// The arguments (a JSON object).
+        args: Json,
+    },
+    /// A timeout of a wait: answer it (with any value) once `duration` has passed. The engine
+    /// withdraws it when the wait ends first.
+    Timer {
+        /// How long to wait.
+        duration: Duration,
+    },
+}
+
+/// When the engine takes an effect's answer (the engine reads no clock, so this order is what
+/// keeps a run's record independent of timing).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Delivery {
+    /// Store operations. The Host answers these as the run makes them, before it steps again;
+    /// the engine takes no other answer while one is outstanding.
+    Immediate,
+    /// Model rounds, tool calls and operator questions: taken one at a time in issue order, so a
+    /// reply that arrives early waits for the replies to effects issued before it.
+    Ordered,
+    /// Timers: taken when they fire, after any ordered answer that is already there (a task
+    /// that ends at the same moment as a timeout wins).
+    Timed,
+}
+
+impl Effect {
+    /// When the engine takes this effect's answer.
+    pub fn delivery(&self) -> Delivery {
+        match self {
+            Effect::Store(_) => Delivery::Immediate,
+            Effect::Timer { .. } => Delivery::Timed,
+            Effect::ModelRound(_) | Effect::Ask | Effect::Tool { .. } => Delivery::Ordered,
+        }
+    }
+}
+
+/// The model a round runs on, as the section resolved it (a model handle's settings).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ModelTarget {
+    /// The role label, or the raw model id for a `models.get` id handle.
+    pub name: String,
+    /// The catalog model id.
+    pub model_id: String,
+    /// The context window.
+    pub context: u64,
+    /// The thinking switch (`None`: the model's own default).
+    pub thinking: Option<bool>,
+    /// Sampling temperature, when `models.use` set one.
+    pub temperature: Option<f64>,
+    /// Reply token cap, when `models.use` set one.
+    pub max_tokens: Option<u64>,
+}
+
+/// One model round: the composed messages (records as JSON: `role`, `content`, and
+/// `tool_calls` / `tool_call_id`), the tools on offer, and the model settings.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ModelRound {
+    /// A `models.infer` round (rather than a `models.loop` round).
+    pub infer: bool,
+    /// The model and its settings.
+    pub model: ModelTarget,
+    /// The messages to send, in order.
+    pub messages: Vec<Json>,
+    /// The tools offered (name, description, parameters schema).
+    pub tools: Vec<Json>,
+}
+
+/// What one step hands the Host while the run waits.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Batch {
+    /// Effects issued since the last step, in issue order: start every one of them.
+    pub issued: Vec<(EffectId, Effect)>,
+    /// Effects issued earlier whose answers the run no longer wants (a cancelled task's model
+    /// round, a timeout whose wait ended first): the Host may drop them; an answer it still
+    /// gives is ignored.
+    pub withdrawn: Vec<EffectId>,
+}
+
+impl Batch {
+    /// Whether the batch holds nothing.
+    pub fn is_empty(&self) -> bool {
+        self.issued.is_empty() && self.withdrawn.is_empty()
+    }
+}
+
+/// What [`Run::step`](crate::Run::step) returns.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Step {
+    /// The run waits on Harness work: answer each outstanding effect with
+    /// [`Run::resume`](crate::Run::resume), in any order, then step again.
+    Effects(Batch),
+    /// The run ended.
+    Done(Outcome),
+}
+
+/// A store answer as the value the call returns.
+pub fn store_answer(answer: StoreAnswer) -> Answer {
+    Answer::Value(match answer {
+        StoreAnswer::Text(text) => Json::String(text),
+        StoreAnswer::Bool(b) => Json::Bool(b),
+        StoreAnswer::List(items) => Json::Array(items.into_iter().map(Json::String).collect()),
+        StoreAnswer::Unit => Json::Null,
+    })
+}
+
+/// A store error as the error value raised at the call (run error kind `Vfs`).
+pub fn store_error_answer(err: &StoreError) -> Answer {
+    let mut fields = Map::new();
+    if let Ok(Json::Object(map)) = serde_json::to_value(err) {
+        for (key, value) in map {
+            if key != "message" {
+                fields.insert(key, value);
+            }
+        }
+    }
+    Answer::Error(ErrorValue {
+        kind: "store".into(),
+        message: err.message.clone(),
+        fields: Json::Object(fields),
+        run_kind: Some(RunErrorKind::Vfs),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)] // test code
+
+    use super::*;
+
+    #[test]
+    fn effects_round_trip_through_json() {
+        let effects = [
+            Effect::Store(StoreOp::Write {
+                path: "a.md".into(),
+                contents: "x".into(),
+            }),
+            Effect::Ask,
+            Effect::Timer {
+                duration: Duration::from_millis(1500),
+            },
+            Effect::ModelRound(ModelRound {
+                infer: true,
+                model: ModelTarget {
+                    name: "writer".into(),
+                    model_id: "m".into(),
+                    context: 8192,
+                    thinking: None,
+                    temperature: Some(0.1),
+                    max_tokens: None,
+                },
+                messages: vec![serde_json::json!({"role": "user", "content": "hi"})],
+                tools: Vec::new(),
+            }),
+        ];
+        for effect in effects {
+            let text = serde_json::to_string(&effect).unwrap();
+            let back: Effect = serde_json::from_str(&text).unwrap();
+            assert_eq!(back, effect, "{text}");
+        }
+    }
+
+    #[test]
+    fn delivery_classes() {
+        assert_eq!(Effect::Ask.delivery(), Delivery::Ordered);
+        assert_eq!(
+            Effect::Timer {
+                duration: Duration::ZERO
+            }
+            .delivery(),
+            Delivery::Timed
+        );
+        assert_eq!(
+            Effect::Store(StoreOp::Exists { path: "a".into() }).delivery(),
+            Delivery::Immediate
+        );
+    }
+}

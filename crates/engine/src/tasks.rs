@@ -1,0 +1,967 @@
+//! Tasks (chapter 15): the registry of every task the run started, and everything that starts
+//! one, waits on one, reads one, or ends one: `tasks.*`, the end of a chain (leaked and
+//! abandoned tasks), and the model's four task built-ins with their notices.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use promptforge_lua::untrusted;
+use serde_json::{Value as Json, json};
+
+use crate::determinism::ChainRef;
+use crate::dispatch::{Dispatch, Starter};
+use crate::events::{AbandonReason, EventKind, Origin, TaskEnding};
+use crate::failure::error_value_of;
+use crate::ids::{TaskId, join_ids};
+use crate::protocol::{Answer, Effect, ErrorValue, RunErrorKind};
+use crate::requests::{lua_error, text_field};
+use crate::run::{MAIN, Run, StrandEnd};
+use crate::scheduler::Work;
+use crate::strand::{Chain, Entry, Seed, Slot, Start, Strand, StrandId, TaskWait, Wait};
+
+/// A task notice waiting for the model of the section that started the task.
+#[derive(Debug, Clone)]
+pub(crate) struct Notice {
+    pub(crate) task: TaskId,
+    pub(crate) text: String,
+}
+
+/// Where a task is in its life.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum TaskState {
+    Running,
+    Done,
+    Cancelled,
+    Abandoned,
+}
+
+impl TaskState {
+    fn as_str(self) -> &'static str {
+        match self {
+            TaskState::Running => "running",
+            TaskState::Done => "done",
+            TaskState::Cancelled => "cancelled",
+            TaskState::Abandoned => "abandoned",
+        }
+    }
+}
+
+/// What an ended task holds for the wait that takes it.
+#[derive(Debug, Clone)]
+enum Held {
+    Returned(String),
+    Failed(ErrorValue),
+}
+
+/// One task, for the whole run (its status outlives it).
+#[derive(Debug)]
+pub(crate) struct TaskRecord {
+    /// Its strand, while it is live.
+    strand: Option<StrandId>,
+    /// The chain that owns it.
+    owner: TaskId,
+    /// The strand that chain runs in.
+    pub(crate) owner_strand: StrandId,
+    origin: Origin,
+    /// The section it started at, without heading marks.
+    target: Arc<str>,
+    state: TaskState,
+    ok: Option<bool>,
+    held: Option<Held>,
+    /// A wait took its result.
+    delivered: bool,
+    note: Option<String>,
+    /// The round count when it ended (live: the strand's).
+    turns: u32,
+    depth: u32,
+    claims: ChainRef,
+    /// For a fanout arm: its fanout and position.
+    fanout: Option<(u64, usize)>,
+}
+
+/// Every task of the run, by id.
+#[derive(Debug, Default)]
+pub(crate) struct Tasks {
+    records: BTreeMap<TaskId, TaskRecord>,
+}
+
+impl Tasks {
+    /// Live tasks, in id order.
+    pub(crate) fn live(&self) -> impl Iterator<Item = (&TaskId, &TaskRecord)> {
+        self.records
+            .iter()
+            .filter(|(_, r)| r.state == TaskState::Running)
+    }
+
+    fn is_live(&self, id: &TaskId) -> bool {
+        self.records
+            .get(id)
+            .is_some_and(|r| r.state == TaskState::Running)
+    }
+
+    /// Record that a task ended (nothing else: the caller deals with its strand).
+    pub(crate) fn mark_ended(&mut self, id: &TaskId, ending: TaskEnding) {
+        if let Some(record) = self.records.get_mut(id) {
+            record.state = match ending {
+                TaskEnding::Succeeded | TaskEnding::Failed => TaskState::Done,
+                TaskEnding::Cancelled => TaskState::Cancelled,
+                TaskEnding::Abandoned(_) => TaskState::Abandoned,
+            };
+            record.ok = Some(ending == TaskEnding::Succeeded);
+            record.strand = None;
+        }
+    }
+}
+
+fn task_error(kind: &str, id: &str, message: String) -> ErrorValue {
+    ErrorValue::new(kind, message, Some(RunErrorKind::Lua)).with_field("task", id)
+}
+
+fn not_owned(id: &str) -> ErrorValue {
+    task_error(
+        "task_not_owned",
+        id,
+        format!("task `{id}` is not a task this chain owns"),
+    )
+}
+
+fn consumed(id: &TaskId) -> ErrorValue {
+    let id = id.to_string();
+    task_error(
+        "task_consumed",
+        &id,
+        format!("task `{id}` was already delivered: a task's result is taken by one wait"),
+    )
+}
+
+fn cancelled(id: &TaskId) -> ErrorValue {
+    let id = id.to_string();
+    task_error("cancelled", &id, format!("task `{id}` was cancelled"))
+}
+
+/// The `tasks_live` failure of a chain that ended with author tasks still live.
+fn tasks_live(ids: &[TaskId]) -> ErrorValue {
+    let list = join_ids(ids);
+    ErrorValue::new(
+        "tasks_live",
+        format!(
+            "chain ended with author tasks still live: {list}; wait on or cancel every task a chain spawns before it ends"
+        ),
+        Some(RunErrorKind::Lua),
+    )
+    .with_field("tasks", list)
+}
+
+/// The text of a model built-in's result: `{text, ok}` (`ok` false for a refusal).
+fn tool_text(text: impl Into<String>, ok: bool) -> Dispatch {
+    Dispatch::Answer(Answer::Value(json!({"text": text.into(), "ok": ok})))
+}
+
+/// A JSON number the way the model wrote it: integers plainly, fractions in their shortest
+/// form (`0.05`, `2`).
+fn render_seconds(seconds: f64) -> String {
+    format!("{seconds}")
+}
+
+impl Run {
+    /// Start a task: the next child id of the strand's top chain, a fork of the strand's
+    /// claims, a queued strand holding no VM, and its record. Fanout arms are not listed among
+    /// the chain's own tasks (their fanout settles them).
+    pub(crate) fn spawn_task(
+        &mut self,
+        s: &mut Strand,
+        start: Start,
+        origin: Origin,
+        target: Arc<str>,
+        fanout: Option<(u64, usize)>,
+    ) -> TaskId {
+        let strand_id = self.take_strand_id();
+        let seq = self.take_seq();
+        let Some(top) = s.top_mut() else {
+            return TaskId::root();
+        };
+        let id = top.id.child(top.children);
+        top.children += 1;
+        let depth = top.depth + 1;
+        let owner = top.id.clone();
+        let owner_key = top.key;
+        if fanout.is_none() {
+            top.owned.push(id.clone());
+        }
+        let claims = self
+            .claims
+            .fork(s.claims, id.to_string())
+            .unwrap_or(s.claims);
+        self.tasks.records.insert(
+            id.clone(),
+            TaskRecord {
+                strand: Some(strand_id),
+                owner,
+                owner_strand: s.id,
+                origin,
+                target: target.clone(),
+                state: TaskState::Running,
+                ok: None,
+                held: None,
+                delivered: false,
+                note: None,
+                turns: 0,
+                depth,
+                claims,
+                fanout,
+            },
+        );
+        let mut strand = Box::new(Strand {
+            id: strand_id,
+            task: id.clone(),
+            stack: Vec::new(),
+            start: Some(Box::new(start)),
+            claims,
+            owner: Some(owner_key),
+            seq,
+            slot: Slot::Queued,
+            turns: 0,
+            wait: None,
+            depth,
+        });
+        self.queue_for_slot(&mut strand);
+        self.strands.insert(strand_id, strand);
+        self.event(
+            &s.task,
+            EventKind::TaskSpawned {
+                id: id.to_string(),
+                target: target.to_string(),
+                origin,
+            },
+        );
+        id
+    }
+
+    /// A task's own chain ended: its result or failure is held for its owner (or its fanout),
+    /// and whoever waits on it is woken.
+    pub(crate) fn task_ended(&mut self, strand: Box<Strand>, end: StrandEnd) {
+        let id = strand.task.clone();
+        let turns = strand.turns;
+        drop(strand);
+        let (ending, held, arm) = match end {
+            StrandEnd::Returned(result) => {
+                let text = result.unwrap_or_default();
+                (
+                    TaskEnding::Succeeded,
+                    Held::Returned(text.clone()),
+                    Ok(text),
+                )
+            }
+            StrandEnd::Failed { failure, .. } => (
+                TaskEnding::Failed,
+                Held::Failed(error_value_of(&failure)),
+                Err(failure),
+            ),
+        };
+        self.tasks.mark_ended(&id, ending);
+        let Some(record) = self.tasks.records.get_mut(&id) else {
+            return;
+        };
+        record.turns = turns;
+        let fanout = record.fanout;
+        if fanout.is_none() {
+            record.held = Some(held.clone());
+        }
+        let (origin, owner, owner_strand, target) = (
+            record.origin,
+            record.owner.clone(),
+            record.owner_strand,
+            record.target.clone(),
+        );
+        self.event(&id, EventKind::TaskEnded { ending });
+        if let Some((fanout, index)) = fanout {
+            self.arm_ended(fanout, index, arm);
+            return;
+        }
+        if origin == Origin::Model {
+            let head = format!("Task id={id} (## {target})");
+            let text = match &held {
+                Held::Returned(result) => {
+                    format!("{head} completed: {}", untrusted::wrap(result, &self.nonce))
+                }
+                Held::Failed(error) => format!("{head} failed: {}", error.message),
+            };
+            self.notify_model_owner(
+                owner_strand,
+                &owner,
+                Notice {
+                    task: id.clone(),
+                    text,
+                },
+            );
+        }
+        self.member_ended(owner_strand, &id);
+    }
+
+    /// End a live task from outside (cancel, fail-fast, its owner's end): recorded once, its
+    /// strand stopped, and the tasks it owns abandoned in turn.
+    pub(crate) fn stop_task(&mut self, id: &TaskId, ending: TaskEnding) {
+        let Some(record) = self.tasks.records.get_mut(id) else {
+            return;
+        };
+        if record.state != TaskState::Running {
+            return;
+        }
+        let strand = record.strand.and_then(|sid| self.strands.remove(&sid));
+        if let Some(strand) = &strand
+            && let Some(record) = self.tasks.records.get_mut(id)
+        {
+            record.turns = strand.turns;
+        }
+        self.tasks.mark_ended(id, ending);
+        self.event(id, EventKind::TaskEnded { ending });
+        if let Some(strand) = strand {
+            self.stop_strand(strand);
+        }
+    }
+
+    /// Abandon every live task in `ids` for `reason`.
+    pub(crate) fn abandon_owned(&mut self, ids: &[TaskId], reason: AbandonReason) {
+        for id in ids {
+            self.stop_task(id, TaskEnding::Abandoned(reason));
+        }
+    }
+
+    /// Order everything a task did before the waiter's next step (a delivery is a join).
+    pub(crate) fn deliver_claims(&mut self, waiter: ChainRef, id: &TaskId) {
+        if let Some(record) = self.tasks.records.get(id) {
+            let _ = self.claims.join(waiter, record.claims);
+        }
+    }
+
+    /// A chain ends: its live tasks are abandoned (for `reason`), every task it owns is
+    /// joined, and an author task still live after a normal end is a `tasks_live` failure.
+    pub(crate) fn settle_chain(
+        &mut self,
+        s: &Strand,
+        chain: &Chain,
+        reason: AbandonReason,
+    ) -> Option<ErrorValue> {
+        let mut owned: Vec<TaskId> = chain.owned.clone();
+        if let Some(carried) = &chain.carried {
+            owned.extend(carried.0.iter().cloned());
+        }
+        let leaked: Vec<TaskId> = owned
+            .iter()
+            .filter(|id| {
+                reason == AbandonReason::OwnerReturned
+                    && self.tasks.records.get(*id).is_some_and(|r| {
+                        r.state == TaskState::Running && r.origin == Origin::Author
+                    })
+            })
+            .cloned()
+            .collect();
+        self.abandon_owned(&owned, reason);
+        for id in &owned {
+            self.deliver_claims(s.claims, id);
+        }
+        (!leaked.is_empty()).then(|| tasks_live(&leaked))
+    }
+
+    /// A task the strand's top chain owns, or the `task_not_owned` refusal.
+    fn owned_by(&self, s: &Strand, text: &str) -> Result<TaskId, ErrorValue> {
+        let owner = s.top().map(|c| &c.id);
+        TaskId::parse(text)
+            .filter(|id| {
+                self.tasks
+                    .records
+                    .get(id)
+                    .is_some_and(|r| Some(&r.owner) == owner)
+            })
+            .ok_or_else(|| not_owned(text))
+    }
+
+    /// A task the chain owns, or the task the code runs inside (a task may read itself).
+    fn readable_by(&self, s: &Strand, text: &str) -> Result<TaskId, ErrorValue> {
+        if s.id != MAIN
+            && let Some(id) = TaskId::parse(text)
+            && id == s.task
+        {
+            return Ok(id);
+        }
+        self.owned_by(s, text)
+    }
+
+    /// `tasks.*`: every call but a wait that has to wait is answered at once.
+    pub(crate) fn tasks_call(
+        &mut self,
+        s: &mut Strand,
+        entry: &mut Entry,
+        op: &str,
+        payload: &Json,
+    ) -> Dispatch {
+        let task = text_field(payload, "task");
+        let refused = |error: ErrorValue| Dispatch::Answer(Answer::Error(error));
+        match op {
+            "tasks.spawn" => self.spawn_call(s, entry, payload),
+            "tasks.join_any" | "tasks.join" => self.wait_call(s, op == "tasks.join", payload),
+            "tasks.concurrency" => {
+                let Some(key) = s.top().map(|c| c.key) else {
+                    return Dispatch::Answer(lua_error("internal invariant violated: no chain"));
+                };
+                let limit = match payload.get("limit").and_then(Json::as_u64) {
+                    Some(n) => self
+                        .admission
+                        .set_limit(key, u32::try_from(n).unwrap_or(u32::MAX)),
+                    None => self.admission.effective_limit(key),
+                };
+                Dispatch::Answer(Answer::Value(Json::from(limit)))
+            }
+            "tasks.ready" => match self.readable_by(s, task) {
+                Ok(id) => Dispatch::Answer(Answer::Value(Json::Bool(!self.tasks.is_live(&id)))),
+                Err(error) => refused(error),
+            },
+            "tasks.status" => match self.readable_by(s, task) {
+                Ok(id) => Dispatch::Answer(Answer::Value(self.status_table(&id, s))),
+                Err(error) => refused(error),
+            },
+            "tasks.pending" => {
+                let origin = payload.get("origin").and_then(Json::as_str);
+                let owned = s.top().map(|c| c.owned.clone()).unwrap_or_default();
+                let list = owned
+                    .iter()
+                    .filter(|id| {
+                        self.tasks.records.get(*id).is_some_and(|r| {
+                            r.state == TaskState::Running
+                                && origin.is_none_or(|o| o == r.origin.as_str())
+                        })
+                    })
+                    .map(|id| json!({"task": id.to_string()}))
+                    .collect();
+                Dispatch::Answer(Answer::Value(Json::Array(list)))
+            }
+            "tasks.note" => {
+                if s.id != MAIN
+                    && let Some(record) = self.tasks.records.get_mut(&s.task)
+                {
+                    record.note = Some(text_field(payload, "text").to_owned());
+                }
+                Dispatch::Answer(Answer::Value(Json::Null))
+            }
+            "tasks.cancel" => match self.owned_by(s, task) {
+                Ok(id) => {
+                    let live_model = self
+                        .tasks
+                        .records
+                        .get(&id)
+                        .filter(|r| r.state == TaskState::Running && r.origin == Origin::Model)
+                        .map(|r| r.target.clone());
+                    self.stop_task(&id, TaskEnding::Cancelled);
+                    if let Some(target) = live_model
+                        && entry.model_tasks.contains(&id)
+                    {
+                        // A cancel from the prompt tells the model.
+                        entry.notices.push(Notice {
+                            text: format!(
+                                "Task id={id} (## {target}) was canceled: the author cancelled it"
+                            ),
+                            task: id,
+                        });
+                    }
+                    Dispatch::Answer(Answer::Value(Json::Null))
+                }
+                Err(error) => refused(error),
+            },
+            "tasks.tool" => self.model_tool(s, entry, payload),
+            "tasks.notices" => {
+                let notices = std::mem::take(&mut entry.notices);
+                let texts = notices
+                    .into_iter()
+                    .map(|n| {
+                        self.deliver_claims(s.claims, &n.task);
+                        Json::String(n.text)
+                    })
+                    .collect();
+                Dispatch::Answer(Answer::Value(Json::Array(texts)))
+            }
+            other => Dispatch::Answer(lua_error(format!("unknown tasks operation `{other}`"))),
+        }
+    }
+
+    /// `tasks.spawn(target, opts)`: the options were checked in Lua; the target and the depth
+    /// cap are checked here.
+    fn spawn_call(&mut self, s: &mut Strand, entry: &Entry, payload: &Json) -> Dispatch {
+        let input = payload.get("input").and_then(Json::as_str);
+        let mut start = match self.chain_start(
+            s,
+            entry,
+            text_field(payload, "target"),
+            input,
+            Starter::Spawn,
+        ) {
+            Ok(start) => start,
+            Err(message) => return Dispatch::Answer(lua_error(message)),
+        };
+        start.seed = Seed {
+            item: payload
+                .get("has_item")
+                .and_then(Json::as_bool)
+                .unwrap_or(false)
+                .then(|| payload.get("item").cloned().unwrap_or(Json::Null)),
+            index: payload.get("index").and_then(Json::as_i64),
+        };
+        let target = self.target_name(&start);
+        let id = self.spawn_task(s, start, Origin::Author, target, None);
+        Dispatch::Answer(Answer::Value(json!({"task": id.to_string()})))
+    }
+
+    fn target_name(&self, start: &Start) -> Arc<str> {
+        self.prompt
+            .section(start.section)
+            .map_or_else(|| Arc::from(""), |x| Arc::from(x.name.as_str()))
+    }
+
+    /// Start a timer for a wait that has to wait: it takes the owner's next child index.
+    fn wait_timer(&mut self, s: &mut Strand, seconds: f64) -> crate::protocol::EffectId {
+        if let Some(top) = s.top_mut() {
+            top.children += 1;
+        }
+        let duration = Duration::try_from_secs_f64(seconds).unwrap_or(Duration::MAX);
+        self.effects.issue(s.id, Effect::Timer { duration }).0
+    }
+
+    /// `tasks.join_any(set, opts)` and `tasks.join(set, opts)`: the set and options were
+    /// checked in Lua; ownership and delivery are checked here, member by member.
+    fn wait_call(&mut self, s: &mut Strand, all: bool, payload: &Json) -> Dispatch {
+        let mut members = Vec::new();
+        for member in payload
+            .get("members")
+            .and_then(Json::as_array)
+            .into_iter()
+            .flatten()
+        {
+            let text = member.as_str().unwrap_or_default();
+            let id = match self.owned_by(s, text) {
+                Ok(id) => id,
+                Err(error) => return Dispatch::Answer(Answer::Error(error)),
+            };
+            if self
+                .tasks
+                .records
+                .get(&id)
+                .is_some_and(|r| r.delivered && r.state == TaskState::Done)
+            {
+                return Dispatch::Answer(Answer::Error(consumed(&id)));
+            }
+            members.push(id);
+        }
+        let timeout = payload.get("timeout").and_then(Json::as_f64);
+        let ended = |run: &Run, id: &TaskId| !run.tasks.is_live(id);
+        if all {
+            if members.iter().all(|id| ended(self, id)) {
+                return Dispatch::Answer(self.join_results(s.claims, &members, false));
+            }
+        } else if let Some(id) = members.iter().find(|id| ended(self, id)).cloned() {
+            return Dispatch::Answer(Answer::Value(self.take_end(s.claims, &id)));
+        }
+        let timer = timeout.map(|seconds| self.wait_timer(s, seconds));
+        s.wait = Some(if all {
+            TaskWait::Join { members, timer }
+        } else {
+            TaskWait::JoinAny { members, timer }
+        });
+        Dispatch::Park
+    }
+
+    /// Deliver one ended task to a waiter: `{task, ok, result}` or `{task, ok, error}`. A
+    /// result is taken once (and the delivery joins the task's claims); a cancelled task holds
+    /// no result, so every wait on it gets the same `cancelled` error.
+    fn take_end(&mut self, waiter: ChainRef, id: &TaskId) -> Json {
+        let task = id.to_string();
+        let Some(record) = self.tasks.records.get_mut(id) else {
+            return json!({"task": task, "ok": false, "error": not_owned(&task)});
+        };
+        if record.state != TaskState::Done {
+            return json!({"task": task, "ok": false, "error": cancelled(id)});
+        }
+        record.delivered = true;
+        let held = record.held.take();
+        self.deliver_claims(waiter, id);
+        match held {
+            Some(Held::Returned(text)) => json!({"task": task, "ok": true, "result": text}),
+            Some(Held::Failed(error)) => json!({"task": task, "ok": false, "error": error}),
+            None => json!({"task": task, "ok": true, "result": ""}),
+        }
+    }
+
+    /// A `tasks.join` answer: every ended member delivered once (filling each position it
+    /// was named at), unfinished members as holes.
+    fn join_results(&mut self, waiter: ChainRef, members: &[TaskId], timed_out: bool) -> Answer {
+        let mut taken: BTreeMap<TaskId, Json> = BTreeMap::new();
+        let mut results = Vec::with_capacity(members.len());
+        for id in members {
+            if self.tasks.is_live(id) {
+                results.push(Json::Null);
+                continue;
+            }
+            if !taken.contains_key(id) {
+                let end = self.take_end(waiter, id);
+                taken.insert(id.clone(), end);
+            }
+            results.push(taken.get(id).cloned().unwrap_or(Json::Null));
+        }
+        Answer::Value(json!({"results": results, "timed_out": timed_out}))
+    }
+
+    /// A task ended: if its owner waits on it, the wait may be over.
+    fn member_ended(&mut self, owner: StrandId, id: &TaskId) {
+        let Some(strand) = self.strands.get(&owner) else {
+            return;
+        };
+        let claims = strand.claims;
+        let answer = match &strand.wait {
+            Some(TaskWait::JoinAny { members, .. }) if members.contains(id) => {
+                Answer::Value(self.take_end(claims, id))
+            }
+            Some(TaskWait::Join { members, .. }) if members.contains(id) => {
+                if members.iter().any(|m| self.tasks.is_live(m)) {
+                    return;
+                }
+                let members = members.clone();
+                self.join_results(claims, &members, false)
+            }
+            _ => return,
+        };
+        self.wake(owner, answer);
+    }
+
+    /// A wait's timer fired before the wait was over.
+    pub(crate) fn wait_timed_out(&mut self, id: StrandId) {
+        let Some(strand) = self.strands.get_mut(&id) else {
+            return;
+        };
+        let claims = strand.claims;
+        let answer = match strand.wait.clone() {
+            Some(TaskWait::JoinAny { .. }) => Answer::Value(Json::Null),
+            Some(TaskWait::Join { members, .. }) => self.join_results(claims, &members, true),
+            Some(TaskWait::Await { seconds, .. }) => {
+                let Some(entry) = strand.top_mut().and_then(|c| c.entry.as_mut()) else {
+                    return;
+                };
+                let notices = std::mem::take(&mut entry.notices);
+                let running: Vec<TaskId> = entry
+                    .model_tasks
+                    .iter()
+                    .filter(|t| self.tasks.is_live(t))
+                    .cloned()
+                    .collect();
+                let mut lines: Vec<String> = notices
+                    .iter()
+                    .map(|n| {
+                        let _ = self.tasks.records.get(&n.task).map(|r| r.claims);
+                        n.text.clone()
+                    })
+                    .collect();
+                for n in &notices {
+                    self.deliver_claims(claims, &n.task);
+                }
+                if running.is_empty() && lines.is_empty() {
+                    lines.push(format!(
+                        "slept {} seconds",
+                        render_seconds(seconds.unwrap_or(0.0))
+                    ));
+                } else if !running.is_empty() {
+                    lines.push(format!(
+                        "timed out; tasks {} still running",
+                        join_ids(&running)
+                    ));
+                }
+                Answer::Value(json!({"text": lines.join("\n"), "ok": true}))
+            }
+            Some(TaskWait::Fanout(_)) | None => return,
+        };
+        self.wake(id, answer);
+    }
+
+    /// Queue a model task's notice for the entry whose model started it; an `await_tasks`
+    /// held there wakes with every notice that has arrived.
+    fn notify_model_owner(&mut self, owner_strand: StrandId, owner: &TaskId, notice: Notice) {
+        let Some(strand) = self.strands.get_mut(&owner_strand) else {
+            return;
+        };
+        let awaiting = matches!(strand.wait, Some(TaskWait::Await { .. }))
+            && strand.top().is_some_and(|c| &c.id == owner);
+        let claims = strand.claims;
+        let Some(chain) = strand.stack.iter_mut().find(|c| &c.id == owner) else {
+            return;
+        };
+        if let Some(entry) = chain.entry.as_mut()
+            && entry.model_tasks.contains(&notice.task)
+        {
+            entry.notices.push(notice);
+        } else if let Some(carried) = chain.carried.as_mut()
+            && carried.0.contains(&notice.task)
+        {
+            carried.1.push(notice);
+            return;
+        } else {
+            return;
+        }
+        if !awaiting {
+            return;
+        }
+        let Some(entry) = chain.entry.as_mut() else {
+            return;
+        };
+        let notices = std::mem::take(&mut entry.notices);
+        let text = notices
+            .iter()
+            .map(|n| n.text.as_str())
+            .collect::<Vec<_>>()
+            .join("\n");
+        for n in &notices {
+            self.deliver_claims(claims, &n.task);
+        }
+        self.wake(
+            owner_strand,
+            Answer::Value(json!({"text": text, "ok": true})),
+        );
+    }
+
+    /// The status table of a task (`tasks.status`).
+    fn status_table(&self, id: &TaskId, current: &Strand) -> Json {
+        let Some(record) = self.tasks.records.get(id) else {
+            return Json::Null;
+        };
+        let strand = record.strand.and_then(|sid| {
+            if sid == current.id {
+                Some(current)
+            } else {
+                self.strands.get(&sid).map(|b| &**b)
+            }
+        });
+        let mut table = serde_json::Map::new();
+        table.insert("target".into(), Json::from(&*record.target));
+        table.insert("origin".into(), Json::from(record.origin.as_str()));
+        table.insert("state".into(), Json::from(record.state.as_str()));
+        if let Some(ok) = record.ok {
+            table.insert("ok".into(), Json::Bool(ok));
+        }
+        let (section, blocked) = strand.map(activity).unwrap_or((None, None));
+        if let Some(section) = section {
+            table.insert("section".into(), Json::String(section));
+        }
+        if let Some(blocked) = blocked {
+            table.insert("blocked".into(), Json::from(blocked));
+        }
+        table.insert(
+            "turns".into(),
+            Json::from(strand.map_or(record.turns, |s| s.turns)),
+        );
+        let live: Vec<Json> = strand
+            .map(|s| self.live_children(s))
+            .unwrap_or_default()
+            .iter()
+            .map(|t| Json::String(t.to_string()))
+            .collect();
+        table.insert("tasks".into(), Json::Array(live));
+        table.insert("depth".into(), Json::from(record.depth));
+        if let Some(note) = &record.note {
+            table.insert("note".into(), Json::String(note.clone()));
+        }
+        Json::Object(table)
+    }
+
+    /// The live tasks a strand's chains started, in spawn order.
+    fn live_children(&self, s: &Strand) -> Vec<TaskId> {
+        let mut ids: Vec<TaskId> = s
+            .stack
+            .iter()
+            .flat_map(|c| {
+                c.owned
+                    .iter()
+                    .chain(c.carried.iter().flat_map(|x| x.0.iter()))
+            })
+            .filter(|id| self.tasks.is_live(id))
+            .cloned()
+            .collect();
+        ids.sort();
+        ids.dedup();
+        ids
+    }
+
+    /// One `task_status` line.
+    fn status_line(&self, id: &TaskId, current: &Strand) -> String {
+        let Some(record) = self.tasks.records.get(id) else {
+            return String::new();
+        };
+        let strand = record
+            .strand
+            .and_then(|sid| self.strands.get(&sid).map(|b| &**b));
+        let mut line = format!(
+            "Task id={id} (## {}): {}",
+            record.target,
+            record.state.as_str()
+        );
+        if record.state == TaskState::Done {
+            line.push_str(if record.ok == Some(true) {
+                ", ok"
+            } else {
+                ", failed"
+            });
+        }
+        let (section, blocked) = strand.map(activity).unwrap_or((None, None));
+        if let Some(section) = section {
+            line.push_str(&format!(", in ## {section}"));
+        }
+        if let Some(blocked) = blocked {
+            line.push_str(&format!(", waiting on {blocked}"));
+        }
+        line.push_str(&format!(
+            ", turns {}",
+            strand.map_or(record.turns, |s| s.turns)
+        ));
+        let live = strand.map(|s| self.live_children(s)).unwrap_or_default();
+        if !live.is_empty() {
+            line.push_str(&format!(", tasks {}", join_ids(&live)));
+        }
+        if let Some(note) = &record.note {
+            line.push_str(&format!(", note: {note}"));
+        }
+        let _ = current;
+        line
+    }
+
+    /// The model's task built-ins (`task`, `task_status`, `task_cancel`, `await_tasks`). Every
+    /// fault the model can cause comes back as text it can read.
+    fn model_tool(&mut self, s: &mut Strand, entry: &mut Entry, payload: &Json) -> Dispatch {
+        let name = text_field(payload, "name").to_owned();
+        let args = payload.get("args").cloned().unwrap_or(Json::Null);
+        match name.as_str() {
+            "task" => {
+                let Some(target) = args.get("target").and_then(Json::as_str) else {
+                    return tool_text(
+                        "task: `target` must be a string naming a section heading, such as `## Research`",
+                        false,
+                    );
+                };
+                let input = match args.get("input") {
+                    None | Some(Json::Null) => None,
+                    Some(Json::String(input)) => Some(input.clone()),
+                    Some(_) => {
+                        return tool_text("task: `input` must be a string when given", false);
+                    }
+                };
+                let target = target.trim();
+                if let Some(Json::Array(allowed)) = payload.get("allow") {
+                    let allowed: Vec<&str> = allowed
+                        .iter()
+                        .filter_map(Json::as_str)
+                        .map(str::trim)
+                        .collect();
+                    if !allowed.contains(&target) {
+                        return tool_text(
+                            format!(
+                                "task: target `{target}` is not allowed; allowed targets: {}",
+                                allowed.join(", ")
+                            ),
+                            false,
+                        );
+                    }
+                }
+                let start =
+                    match self.chain_start(s, entry, target, input.as_deref(), Starter::Spawn) {
+                        Ok(start) => start,
+                        Err(message) => return tool_text(format!("task: {message}"), false),
+                    };
+                let name = self.target_name(&start);
+                let id = self.spawn_task(s, start, Origin::Model, name, None);
+                entry.model_tasks.push(id.clone());
+                Dispatch::Answer(Answer::Value(
+                    json!({"text": format!("Task id={id} started"), "ok": true, "started": true}),
+                ))
+            }
+            "task_status" | "task_cancel" => {
+                let Some(text) = args.get("id").and_then(Json::as_str) else {
+                    return tool_text(
+                        format!(
+                            "{name}: `id` must be a task id string, exactly as `task` returned it"
+                        ),
+                        false,
+                    );
+                };
+                let Some(id) = TaskId::parse(text) else {
+                    return tool_text(
+                        format!("{name}: `{text}` is not a task id; use the id `task` returned"),
+                        false,
+                    );
+                };
+                if !entry.model_tasks.contains(&id) {
+                    return tool_text(format!("{name}: no model task with id {id}"), false);
+                }
+                if name == "task_status" {
+                    return tool_text(self.status_line(&id, s), true);
+                }
+                // The model's own cancel queues no notice: its confirmation says it all.
+                self.stop_task(&id, TaskEnding::Cancelled);
+                tool_text(format!("Task id={id} cancelled"), true)
+            }
+            "await_tasks" => {
+                let seconds = match args.get("timeout") {
+                    None | Some(Json::Null) => None,
+                    Some(Json::Number(n)) if n.as_f64().is_some_and(|t| t >= 0.0) => n.as_f64(),
+                    Some(_) => {
+                        return tool_text(
+                            "await_tasks: `timeout` must be a non-negative number of seconds when given",
+                            false,
+                        );
+                    }
+                };
+                if !entry.notices.is_empty() {
+                    let notices = std::mem::take(&mut entry.notices);
+                    for n in &notices {
+                        self.deliver_claims(s.claims, &n.task);
+                    }
+                    let text = notices
+                        .iter()
+                        .map(|n| n.text.as_str())
+                        .collect::<Vec<_>>()
+                        .join("\n");
+                    return tool_text(text, true);
+                }
+                let running = entry.model_tasks.iter().any(|t| self.tasks.is_live(t));
+                if !running && seconds.is_none() {
+                    return tool_text("nothing to wait for", true);
+                }
+                let timer = seconds.map(|t| self.wait_timer(s, t));
+                s.wait = Some(TaskWait::Await { timer, seconds });
+                Dispatch::Park
+            }
+            other => tool_text(format!("{other}: not a task built-in"), false),
+        }
+    }
+}
+
+/// What a live task is doing, from its own chain's point of view: the section it is in and
+/// what it waits on (`queued`, `chat`, `tool_call`, `store`, `tasks`, `call`).
+fn activity(strand: &Strand) -> (Option<String>, Option<&'static str>) {
+    let bottom = strand.stack.first();
+    let section = bottom
+        .and_then(|c| c.entry.as_ref())
+        .map(|e| e.name.clone());
+    if strand.slot == Slot::Queued {
+        return (section, Some("queued"));
+    }
+    let Some(bottom) = bottom else {
+        return (None, None);
+    };
+    let blocked = if strand.stack.len() > 1 {
+        Some("call")
+    } else {
+        match bottom.entry.as_ref().and_then(|e| e.waiting) {
+            Some(Wait::Effect(_, Work::Chat)) => Some("chat"),
+            Some(Wait::Effect(_, Work::ToolCall)) => Some("tool_call"),
+            Some(Wait::Effect(_, Work::Store)) => Some("store"),
+            Some(Wait::Effect(_, Work::Timer) | Wait::Tasks) => Some("tasks"),
+            Some(Wait::Chain) => Some("call"),
+            None => None,
+        }
+    };
+    (section, blocked)
+}

@@ -1,0 +1,684 @@
+//! Advancing one strand: its top chain's walk (levels of sibling sections, `jump`, the end of
+//! the walk), its section entries (a fresh VM each, the shared library replay, then the blocks),
+//! and the end of a chain (a called chain's result or failure answered at its caller's `call`,
+//! the strand's own chain ending the strand).
+
+use std::sync::Arc;
+
+use promptforge_lua::vm::{
+    ArgvMode, BlockStep, FailureKind, LuaFailure, SectionVm, VisibleSection, VmConfig,
+};
+use promptforge_syntax::heading_ref::parse_heading_ref;
+use promptforge_syntax::{Block, SectionId};
+use serde_json::{Map, Value as Json};
+
+use crate::events::{AbandonReason, EventKind};
+use crate::failure::{engine_failure, error_value_of, internal_failure, is_exhausted};
+use crate::ids::TaskId;
+use crate::protocol::{Answer, ErrorValue};
+use crate::run::{Progress, Run, StrandEnd, fnv1a};
+use crate::strand::{Chain, Entry, Level, Place, Stage, Start, Strand, Wait};
+
+impl Run {
+    /// Do one unit of work on the strand's top chain.
+    pub(crate) fn advance_top(&mut self, s: &mut Strand) -> Progress {
+        let Some(chain) = s.top_mut() else {
+            return Progress::Ended(StrandEnd::Failed {
+                failure: internal_failure("internal invariant violated: a strand has no chain"),
+                h1_gate: false,
+            });
+        };
+        match chain.entry.take() {
+            Some(entry) => {
+                if entry.waiting.is_some() {
+                    chain.entry = Some(entry);
+                    return Progress::Parked;
+                }
+                self.advance_entry(s, entry)
+            }
+            None => self.enter_next(s),
+        }
+    }
+
+    /// Build a queued task's own chain from its start (at its first admission).
+    pub(crate) fn start_chain(&mut self, s: &mut Strand, start: Start) {
+        let Some(owner) = s.owner else {
+            return;
+        };
+        let parent = self.prompt.section(start.section).and_then(|x| x.parent);
+        let next = self
+            .siblings(parent)
+            .iter()
+            .position(|x| *x == start.section)
+            .unwrap_or(0);
+        let key = self.admission.add_chain(Some(owner));
+        s.stack.push(Chain {
+            id: s.task.clone(),
+            key,
+            entries: 0,
+            children: 0,
+            levels: vec![Level { parent, next }],
+            var: Arc::unwrap_or_clone(start.var),
+            args: start.args,
+            argv: start.argv,
+            depth: s.depth,
+            entry: None,
+            seed: Some(start.seed),
+            owned: Vec::new(),
+            carried: None,
+        });
+    }
+
+    /// The sibling list under `parent` (the top level for `None`).
+    pub(crate) fn siblings(&self, parent: Option<SectionId>) -> &[SectionId] {
+        match parent {
+            Some(parent) => self
+                .prompt
+                .section(parent)
+                .map_or(&[][..], |p| p.children.as_slice()),
+            None => &self.prompt.top_level,
+        }
+    }
+
+    /// The sibling list a section belongs to (itself included).
+    fn siblings_of(&self, id: SectionId) -> &[SectionId] {
+        self.siblings(self.prompt.section(id).and_then(|s| s.parent))
+    }
+
+    fn section_ids_visible_from(&self, place: Place) -> Vec<SectionId> {
+        match place {
+            Place::H1 => self.prompt.top_level.clone(),
+            Place::Section(id) => {
+                let Some(section) = self.prompt.section(id) else {
+                    return Vec::new();
+                };
+                self.siblings_of(id)
+                    .iter()
+                    .filter(|s| **s != id)
+                    .chain(section.children.iter())
+                    .copied()
+                    .collect()
+            }
+        }
+    }
+
+    fn visible_from(&self, place: Place) -> Vec<VisibleSection> {
+        self.section_ids_visible_from(place)
+            .iter()
+            .filter_map(|id| {
+                self.prompt.section(*id).map(|s| VisibleSection {
+                    level: usize::from(s.level),
+                    name: s.name.clone(),
+                    items: s.items.clone(),
+                })
+            })
+            .collect()
+    }
+
+    /// Resolve a heading reference against the sections visible from `place`.
+    pub(crate) fn resolve(&self, place: Place, target: &str) -> Result<SectionId, String> {
+        let reference = parse_heading_ref(target).map_err(|e| e.to_string())?;
+        let visible = self.section_ids_visible_from(place);
+        visible
+            .iter()
+            .copied()
+            .find(|id| {
+                self.prompt.section(*id).is_some_and(|s| {
+                    usize::from(s.level) == reference.level && s.name == reference.name
+                })
+            })
+            .ok_or_else(|| {
+                let list = visible
+                    .iter()
+                    .filter_map(|id| self.prompt.section(*id).map(|s| s.heading_ref()))
+                    .collect::<Vec<_>>()
+                    .join(", ");
+                format!("section heading `{reference}` not found; available sections: {list}")
+            })
+    }
+
+    fn sys_fields(&self, name: &str, id: &str, task_id: &TaskId, index: Option<i64>) -> Json {
+        let mut sys = Map::new();
+        sys.insert("when".into(), Json::String(self.when.clone()));
+        sys.insert("id".into(), Json::String(id.to_owned()));
+        sys.insert("taskid".into(), Json::String(task_id.to_string()));
+        if let Some(index) = index {
+            sys.insert("index".into(), Json::from(index));
+        }
+        sys.insert("section_name".into(), Json::String(name.to_owned()));
+        sys.insert("execution".into(), Json::String(self.ctx.execution.clone()));
+        sys.insert(
+            "section_count".into(),
+            Json::from(self.prompt.top_level.len()),
+        );
+        Json::Object(sys)
+    }
+
+    /// Build a section VM for the strand's top chain (its shared library replay then runs as
+    /// the entry's first stage).
+    pub(crate) fn new_entry(
+        &mut self,
+        s: &Strand,
+        place: Place,
+        name: String,
+        id: &str,
+    ) -> Result<Box<Entry>, LuaFailure> {
+        let Some(chain) = s.top() else {
+            return Err(internal_failure(
+                "internal invariant violated: a strand has no chain",
+            ));
+        };
+        let argv = match place {
+            Place::H1 => ArgvMode::Writable((*chain.argv).clone()),
+            Place::Section(_) => ArgvMode::Frozen((*chain.argv).clone()),
+        };
+        // A task's or arm's item and index reach only its first entry, the target section.
+        let seed = if chain.entries == 1 {
+            chain.seed.clone().unwrap_or_default()
+        } else {
+            Default::default()
+        };
+        let carried = chain.carried.as_ref().map(|c| (c.0.clone(), c.1.clone()));
+        let cfg = VmConfig {
+            section_name: name.clone(),
+            args: chain.args.to_string(),
+            argv,
+            var: chain.var.clone(),
+            sys: self.sys_fields(&name, id, &s.task, seed.index),
+            item: seed.item,
+            snapshot: self.ctx.snapshot.clone(),
+            visible: self.visible_from(place),
+            log_events: self.ctx.log_events,
+            cancel: self.ctx.cancel.clone(),
+            region_labels: self.labels.clone(),
+            random_seed: self.ctx.seed ^ fnv1a(id.as_bytes()),
+            models: self.models.clone(),
+            round_cap: self
+                .prompt
+                .frontmatter
+                .max_tool_iterations
+                .unwrap_or(self.ctx.round_cap),
+            nonce: self.nonce.clone(),
+            input_plugin: self.input_plugin,
+            bound_tools: self.bound_tools.clone(),
+            model_tasks: carried.as_ref().is_some_and(|c| !c.0.is_empty()),
+        };
+        let vm = SectionVm::new(cfg)?;
+        self.event(
+            &s.task,
+            EventKind::SharedLoadStarted {
+                section: name.clone(),
+            },
+        );
+        let (model_tasks, notices) = carried.unwrap_or_default();
+        Ok(Box::new(Entry {
+            place,
+            name,
+            vm,
+            stage: Stage::Shared,
+            next_block: 0,
+            running: false,
+            waiting: None,
+            answer: None,
+            model_tasks,
+            notices,
+        }))
+    }
+
+    /// Enter the top chain's next section, or end the chain when its walk runs out.
+    fn enter_next(&mut self, s: &mut Strand) -> Progress {
+        let Some(chain) = s.top_mut() else {
+            return Progress::Continue;
+        };
+        let id = loop {
+            let Some(level) = chain.levels.last_mut() else {
+                // The walk ran past its end: no result.
+                return self.finish_chain(s, None);
+            };
+            let parent = level.parent;
+            let next = level.next;
+            match self.siblings(parent).get(next) {
+                Some(&id) => {
+                    level.next += 1;
+                    break id;
+                }
+                None => {
+                    chain.levels.pop();
+                }
+            }
+        };
+        let entry_id = format!("{}.{}", chain.id, chain.entries);
+        chain.entries += 1;
+        let Some(name) = self.prompt.section(id).map(|x| x.name.clone()) else {
+            return Progress::Ended(StrandEnd::Failed {
+                failure: internal_failure("internal invariant violated: section out of range"),
+                h1_gate: false,
+            });
+        };
+        self.event(
+            &s.task,
+            EventKind::SectionStarted {
+                section: name.clone(),
+                id: entry_id.clone(),
+            },
+        );
+        match self.new_entry(s, Place::Section(id), name.clone(), &entry_id) {
+            Ok(entry) => {
+                if let Some(chain) = s.top_mut() {
+                    chain.carried = None;
+                    chain.entry = Some(entry);
+                }
+                Progress::Continue
+            }
+            Err(failure) => {
+                self.teardown(&s.task, &name);
+                self.chain_failed(s, Place::Section(id), failure, true)
+            }
+        }
+    }
+
+    fn blocks_of(&self, place: Place) -> &[Block] {
+        match place {
+            Place::H1 => &self.prompt.h1_blocks,
+            Place::Section(id) => self
+                .prompt
+                .section(id)
+                .map_or(&[][..], |s| s.blocks.as_slice()),
+        }
+    }
+
+    /// Put an entry back as the top chain's entry.
+    fn park_entry(s: &mut Strand, entry: Box<Entry>) {
+        if let Some(chain) = s.top_mut() {
+            chain.entry = Some(entry);
+        }
+    }
+
+    /// Run the entry (its shared library replay, then its blocks) until a coroutine suspends
+    /// on work that is not answered at once, or the entry ends.
+    fn advance_entry(&mut self, s: &mut Strand, mut entry: Box<Entry>) -> Progress {
+        loop {
+            if !entry.running {
+                match entry.stage {
+                    Stage::Shared => {
+                        // Every section VM replays the shared library; a prompt without one
+                        // replays an empty library, which runs nothing but still reports it.
+                        let Some(shared) = self.prompt.shared.clone() else {
+                            self.event(
+                                &s.task,
+                                EventKind::SharedLoadSucceeded {
+                                    section: entry.name.clone(),
+                                },
+                            );
+                            if let Err(failure) = entry.vm.install_alias_globals() {
+                                return self.entry_failed(s, entry, failure, false);
+                            }
+                            entry.stage = Stage::Blocks;
+                            continue;
+                        };
+                        if let Err(failure) = entry.vm.start_shared(&shared) {
+                            return self.shared_failed(s, entry, failure);
+                        }
+                    }
+                    Stage::Blocks => {
+                        let prompt = self.prompt.clone();
+                        let blocks = match entry.place {
+                            Place::H1 => &prompt.h1_blocks[..],
+                            Place::Section(id) => {
+                                prompt.section(id).map_or(&[][..], |x| x.blocks.as_slice())
+                            }
+                        };
+                        // The next Lua block; prose blocks are read by the block after them.
+                        let mut index = entry.next_block;
+                        while index < blocks.len() && !matches!(blocks[index], Block::Lua(_)) {
+                            index += 1;
+                        }
+                        let Some(Block::Lua(region)) = blocks.get(index) else {
+                            return self.finish_entry(s, entry, None, None);
+                        };
+                        let prose = match index.checked_sub(1).and_then(|i| blocks.get(i)) {
+                            Some(Block::Prose(p)) => p.text.as_str(),
+                            _ => "",
+                        };
+                        entry.next_block = index + 1;
+                        self.event(
+                            &s.task,
+                            EventKind::BlockStarted {
+                                section: entry.name.clone(),
+                                label: region.label.clone(),
+                            },
+                        );
+                        if let Err(failure) = entry.vm.start_block(region, prose) {
+                            return self.entry_failed(s, entry, failure, false);
+                        }
+                    }
+                }
+                entry.running = true;
+            }
+            let answer = entry.answer.take();
+            let step = entry.vm.resume(answer);
+            for message in entry.vm.take_logs() {
+                self.event(
+                    &s.task,
+                    EventKind::Log {
+                        section: entry.name.clone(),
+                        message,
+                    },
+                );
+            }
+            // A recorded jump wins over however the block ended (pcall cannot cancel it).
+            if entry.stage == Stage::Blocks
+                && !matches!(step, BlockStep::Suspended(_))
+                && let Some(target) = entry.vm.take_jump()
+            {
+                entry.running = false;
+                self.block_succeeded(&s.task, &entry);
+                return self.finish_entry(s, entry, None, Some(target));
+            }
+            match step {
+                BlockStep::Suspended(request) => match self.dispatch(s, &mut entry, &request) {
+                    Ok(crate::dispatch::Dispatch::Effect(effect)) => {
+                        let (id, work) = self.effects.issue(s.id, effect);
+                        entry.waiting = Some(Wait::Effect(id, work));
+                        Self::park_entry(s, entry);
+                        return Progress::Parked;
+                    }
+                    Ok(crate::dispatch::Dispatch::Answer(answer)) => {
+                        entry.answer = Some(answer);
+                    }
+                    Ok(crate::dispatch::Dispatch::Call(chain)) => {
+                        entry.waiting = Some(Wait::Chain);
+                        Self::park_entry(s, entry);
+                        s.stack.push(*chain);
+                        return Progress::Continue;
+                    }
+                    Ok(crate::dispatch::Dispatch::Park) => {
+                        entry.waiting = Some(Wait::Tasks);
+                        Self::park_entry(s, entry);
+                        // A strand parked on a wait gives its slot back.
+                        self.release_slot(s, crate::strand::Slot::Lent);
+                        return Progress::Parked;
+                    }
+                    Ok(crate::dispatch::Dispatch::Fail(error)) => {
+                        let name = entry.name.clone();
+                        drop(entry);
+                        self.teardown(&s.task, &name);
+                        self.end(crate::outcome::Outcome::Failed(error));
+                        return Progress::Continue;
+                    }
+                    Err(message) => {
+                        let failure = internal_failure(message);
+                        return match entry.stage {
+                            Stage::Shared => self.shared_failed(s, entry, failure),
+                            Stage::Blocks => self.entry_failed(s, entry, failure, false),
+                        };
+                    }
+                },
+                BlockStep::Failed(failure) => {
+                    return match entry.stage {
+                        Stage::Shared => self.shared_failed(s, entry, failure),
+                        Stage::Blocks => self.entry_failed(s, entry, failure, false),
+                    };
+                }
+                BlockStep::Finished(result) => {
+                    entry.running = false;
+                    if entry.stage == Stage::Shared {
+                        self.event(
+                            &s.task,
+                            EventKind::SharedLoadSucceeded {
+                                section: entry.name.clone(),
+                            },
+                        );
+                        if let Err(failure) = entry.vm.install_alias_globals() {
+                            return self.entry_failed(s, entry, failure, false);
+                        }
+                        entry.stage = Stage::Blocks;
+                        continue;
+                    }
+                    self.block_succeeded(&s.task, &entry);
+                    if let Some(result) = result {
+                        return self.finish_entry(s, entry, Some(result), None);
+                    }
+                    // A block's end reads var back: a reassigned var fails here.
+                    if let Err(failure) = entry.vm.read_back_var() {
+                        return self.entry_failed(s, entry, failure, true);
+                    }
+                }
+            }
+        }
+    }
+
+    fn block_succeeded(&mut self, task: &TaskId, entry: &Entry) {
+        let label = self
+            .blocks_of(entry.place)
+            .get(entry.next_block.saturating_sub(1))
+            .and_then(Block::as_lua)
+            .map(|r| r.label.clone())
+            .unwrap_or_default();
+        self.event(
+            task,
+            EventKind::BlockSucceeded {
+                section: entry.name.clone(),
+                label,
+            },
+        );
+    }
+
+    /// The shared library failed to load: `Lua` wherever it happens (H1 pass included).
+    fn shared_failed(
+        &mut self,
+        s: &mut Strand,
+        entry: Box<Entry>,
+        failure: LuaFailure,
+    ) -> Progress {
+        self.event(
+            &s.task,
+            EventKind::SharedLoadFailed {
+                section: entry.name.clone(),
+            },
+        );
+        let place = entry.place;
+        self.end_entry_on_failure(s, entry, &failure);
+        self.chain_failed(s, place, failure, true)
+    }
+
+    /// A block failed (`around`: a read-back after it, which stays `Lua` in the H1 pass).
+    fn entry_failed(
+        &mut self,
+        s: &mut Strand,
+        entry: Box<Entry>,
+        failure: LuaFailure,
+        around: bool,
+    ) -> Progress {
+        if !around {
+            self.event(
+                &s.task,
+                EventKind::BlockFailed {
+                    section: entry.name.clone(),
+                },
+            );
+        }
+        let place = entry.place;
+        self.end_entry_on_failure(s, entry, &failure);
+        self.chain_failed(s, place, failure, around)
+    }
+
+    /// Tear a failed entry down; the model tasks it started are abandoned.
+    fn end_entry_on_failure(&mut self, s: &Strand, entry: Box<Entry>, failure: &LuaFailure) {
+        let reason = if is_exhausted(failure) {
+            AbandonReason::ToolLoopExhausted
+        } else {
+            AbandonReason::OwnerFailed
+        };
+        let name = entry.name.clone();
+        let model_tasks = entry.model_tasks.clone();
+        drop(entry);
+        self.teardown(&s.task, &name);
+        self.abandon_owned(&model_tasks, reason);
+    }
+
+    /// The entry ran out of blocks, returned, or jumped: read back, tear down, and move on.
+    fn finish_entry(
+        &mut self,
+        s: &mut Strand,
+        entry: Box<Entry>,
+        result: Option<String>,
+        jump: Option<String>,
+    ) -> Progress {
+        let var = entry.vm.read_back_var();
+        let argv = match entry.place {
+            Place::H1 if result.is_none() => Some(entry.vm.read_back_argv()),
+            _ => None,
+        };
+        let Entry {
+            name,
+            place,
+            model_tasks,
+            notices,
+            ..
+        } = *entry;
+        self.teardown(&s.task, &name);
+        // A read-back failure fails the chain, the section's model tasks with it.
+        let (var, argv) = match (var, argv.transpose()) {
+            (Ok(var), Ok(argv)) => (var, argv),
+            (Err(failure), _) | (_, Err(failure)) => {
+                self.abandon_owned(&model_tasks, AbandonReason::OwnerFailed);
+                return self.chain_failed(s, place, failure, true);
+            }
+        };
+        if place == Place::H1 && result.is_none() {
+            // The H1 pass hands its model tasks and their notices to the walk.
+            if let Some(chain) = s.top_mut()
+                && !model_tasks.is_empty()
+            {
+                chain.carried = Some(Box::new((model_tasks, notices)));
+            }
+        } else {
+            self.abandon_owned(&model_tasks, AbandonReason::OwnerReturned);
+        }
+        if let Some(chain) = s.top_mut() {
+            chain.var = var;
+            if let Some(argv) = argv {
+                chain.argv = Arc::new(argv);
+            }
+        }
+        if let Place::Section(_) = place {
+            self.event(&s.task, EventKind::SectionFinished { section: name });
+        }
+        if let Some(result) = result {
+            return self.finish_chain(s, Some(result));
+        }
+        if let Some(target) = jump {
+            return self.apply_jump(s, place, &target);
+        }
+        Progress::Continue
+    }
+
+    /// Move the top chain's walk to a jump's target: a sibling (or, from the H1 pass, any
+    /// top-level section) continues the walk there; a direct child starts a child walk whose
+    /// end resumes the parent level after the jumper. A bad target fails with `Lua`.
+    fn apply_jump(&mut self, s: &mut Strand, place: Place, target: &str) -> Progress {
+        let id = match self.resolve(place, target) {
+            Ok(id) => id,
+            Err(message) => {
+                let failure = engine_failure(ErrorValue::lua(message));
+                return self.chain_failed(s, place, failure, true);
+            }
+        };
+        let from = match place {
+            Place::Section(from) => Some(from),
+            Place::H1 => None,
+        };
+        let is_child = from
+            .and_then(|f| self.prompt.section(f))
+            .is_some_and(|x| x.children.contains(&id));
+        let parent = self.prompt.section(id).and_then(|x| x.parent);
+        let index = self
+            .siblings(parent)
+            .iter()
+            .position(|x| *x == id)
+            .unwrap_or(0);
+        let Some(chain) = s.top_mut() else {
+            return Progress::Continue;
+        };
+        if is_child {
+            chain.levels.push(Level {
+                parent,
+                next: index,
+            });
+        } else if let Some(level) = chain.levels.last_mut() {
+            level.next = index;
+        }
+        Progress::Continue
+    }
+
+    /// The top chain ended normally, with a result or by running off its walk. Its live tasks
+    /// are settled first: author tasks still live fail the chain with `tasks_live`.
+    pub(crate) fn finish_chain(&mut self, s: &mut Strand, result: Option<String>) -> Progress {
+        let Some(chain) = s.stack.pop() else {
+            return Progress::Continue;
+        };
+        let leaked = self.settle_chain(s, &chain, AbandonReason::OwnerReturned);
+        self.admission.remove_chain(chain.key);
+        let outcome = match leaked {
+            Some(error) => Err(error),
+            None => Ok(result),
+        };
+        match (s.top_mut().and_then(|c| c.entry.as_mut()), outcome) {
+            // A called chain's result is what `call` returns ('' when it ran off its walk).
+            (Some(caller), Ok(result)) => {
+                caller.waiting = None;
+                caller.answer = Some(Answer::Value(Json::String(result.unwrap_or_default())));
+                Progress::Continue
+            }
+            (Some(caller), Err(error)) => {
+                caller.waiting = None;
+                caller.answer = Some(Answer::Error(error));
+                Progress::Continue
+            }
+            (None, Ok(result)) => Progress::Ended(StrandEnd::Returned(result)),
+            (None, Err(error)) => Progress::Ended(StrandEnd::Failed {
+                failure: engine_failure(error),
+                h1_gate: false,
+            }),
+        }
+    }
+
+    /// A failure ended the top chain: a called chain's failure is raised at its caller's
+    /// `call` as the chain's own error value; the strand's own chain ends the strand. Its live
+    /// tasks are abandoned.
+    pub(crate) fn chain_failed(
+        &mut self,
+        s: &mut Strand,
+        place: Place,
+        failure: LuaFailure,
+        around: bool,
+    ) -> Progress {
+        if failure.kind == FailureKind::Cancelled {
+            // The Host cancelled: the whole run ends, whichever chain saw it.
+            self.end(crate::outcome::Outcome::Cancelled);
+            return Progress::Continue;
+        }
+        let Some(chain) = s.stack.pop() else {
+            return Progress::Continue;
+        };
+        let reason = if is_exhausted(&failure) {
+            AbandonReason::ToolLoopExhausted
+        } else {
+            AbandonReason::OwnerFailed
+        };
+        self.settle_chain(s, &chain, reason);
+        self.admission.remove_chain(chain.key);
+        match s.top_mut().and_then(|c| c.entry.as_mut()) {
+            Some(caller) => {
+                caller.waiting = None;
+                caller.answer = Some(Answer::Error(error_value_of(&failure)));
+                Progress::Continue
+            }
+            None => Progress::Ended(StrandEnd::Failed {
+                failure,
+                h1_gate: place == Place::H1 && !around,
+            }),
+        }
+    }
+}
