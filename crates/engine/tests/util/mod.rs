@@ -68,6 +68,9 @@ pub struct FakeHarness {
     pub model: ModelFn,
     /// Operator answers, in order.
     pub inputs: Vec<String>,
+    /// The model is slow: rounds are answered only once nothing else (timers included) is
+    /// held, so a timeout fires before the round it races.
+    pub rounds_last: bool,
 }
 
 impl Default for FakeHarness {
@@ -76,6 +79,7 @@ impl Default for FakeHarness {
             files: BTreeMap::new(),
             model: echo_model(),
             inputs: Vec::new(),
+            rounds_last: false,
         }
     }
 }
@@ -250,13 +254,16 @@ pub fn drive_run(run: &mut Run, mut harness: FakeHarness, order: Order) -> Trans
                 .count(),
         );
         assert!(!held.is_empty(), "the run waits on nothing");
-        // Timers fire only when nothing else is held: time passes while the rest is instant.
-        let ready: Vec<usize> = if held.iter().all(|(_, e)| matches!(e, Effect::Timer { .. })) {
+        // Timers fire only when nothing else is held (time passes while the rest is instant),
+        // unless the model is slow, when rounds go last.
+        let timer = |e: &Effect| matches!(e, Effect::Timer { .. });
+        let round = |e: &Effect| matches!(e, Effect::ModelRound(_));
+        let ready: Vec<usize> = if harness.rounds_last && held.iter().any(|(_, e)| !round(e)) {
+            (0..held.len()).filter(|&i| !round(&held[i].1)).collect()
+        } else if held.iter().all(|(_, e)| timer(e)) {
             (0..held.len()).collect()
         } else {
-            (0..held.len())
-                .filter(|&i| !matches!(held[i].1, Effect::Timer { .. }))
-                .collect()
+            (0..held.len()).filter(|&i| !timer(&held[i].1)).collect()
         };
         let pick: Vec<usize> = match order {
             Order::Issued => ready,

@@ -1,0 +1,366 @@
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code: failing loudly is the point
+//! The Host runs effects concurrently, and runs stay reproducible whatever the completion
+//! order.
+//!
+//! A local OpenAI-compatible server (127.0.0.1) answers every chat request after a random
+//! delay, so requests complete in a different order on every run. The same prompt, run again
+//! and again with the same `--seed` and `--when`, must print byte-identical `--json` and
+//! `--events` output, while the server sees several requests in flight at once. A Ctrl-C with
+//! rounds in flight ends the run cancelled at once.
+
+use std::net::SocketAddr;
+use std::path::Path;
+use std::process::{Command, Output, Stdio};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use axum::Router;
+use axum::body::{Body, Bytes};
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::response::Response;
+use axum::routing::post;
+use serde_json::{Value, json};
+
+/// How the fake server behaves.
+#[derive(Debug)]
+struct Behaviour {
+    /// The longest random delay before an answer, in milliseconds (0: never answer).
+    max_delay_ms: u64,
+    /// The random generator's state (xorshift), shared by every request.
+    random: Mutex<u64>,
+    in_flight: AtomicUsize,
+    peak: AtomicUsize,
+    requests: AtomicU64,
+}
+
+type Shared = Arc<Behaviour>;
+
+/// A fake OpenAI-compatible server on a background runtime, stopped when dropped.
+struct Server {
+    base: String,
+    state: Shared,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+fn next_random(state: &Mutex<u64>) -> u64 {
+    let mut x = state.lock().unwrap();
+    *x ^= *x << 13;
+    *x ^= *x >> 7;
+    *x ^= *x << 17;
+    *x
+}
+
+/// Counts a request as in flight until its handler ends, however it ends (a client that drops
+/// the request, as the Host does for a withdrawn round, drops the handler mid-wait).
+struct InFlight(Shared);
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.0.in_flight.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// The reply: the request's last message, echoed, as an SSE stream in OpenAI's shape.
+async fn chat(State(state): State<Shared>, body: Bytes) -> Response {
+    state.requests.fetch_add(1, Ordering::SeqCst);
+    let now = state.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
+    state.peak.fetch_max(now, Ordering::SeqCst);
+    let guard = InFlight(state.clone());
+    if state.max_delay_ms == 0 {
+        // Never answer: the run must be cancelled with this round in flight.
+        std::future::pending::<()>().await;
+    }
+    let delay = next_random(&state.random) % (state.max_delay_ms + 1);
+    tokio::time::sleep(Duration::from_millis(delay)).await;
+    drop(guard);
+    let request: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+    let last = request["messages"]
+        .as_array()
+        .and_then(|m| m.last())
+        .and_then(|m| m["content"].as_str())
+        .unwrap_or_default()
+        .to_owned();
+    let chunks = [
+        json!({"id": "c", "object": "chat.completion.chunk", "model": "m",
+               "choices": [{"index": 0, "delta": {"role": "assistant", "content": "re: "}, "finish_reason": null}]}),
+        json!({"id": "c", "object": "chat.completion.chunk", "model": "m",
+               "choices": [{"index": 0, "delta": {"content": last}, "finish_reason": null}]}),
+        json!({"id": "c", "object": "chat.completion.chunk", "model": "m",
+               "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]}),
+    ];
+    let mut text = String::new();
+    for chunk in chunks {
+        text.push_str(&format!("data: {chunk}\n\n"));
+    }
+    text.push_str("data: [DONE]\n\n");
+    Response::builder()
+        .status(StatusCode::OK)
+        .header("content-type", "text/event-stream")
+        .body(Body::from(text))
+        .unwrap()
+}
+
+fn start(max_delay_ms: u64, seed: u64) -> Server {
+    let state = Arc::new(Behaviour {
+        max_delay_ms,
+        random: Mutex::new(seed | 1),
+        in_flight: AtomicUsize::new(0),
+        peak: AtomicUsize::new(0),
+        requests: AtomicU64::new(0),
+    });
+    let (addr_tx, addr_rx) = std::sync::mpsc::channel::<SocketAddr>();
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let app = Router::new()
+        .route("/v1/chat/completions", post(chat))
+        .with_state(state.clone());
+    let thread = std::thread::spawn(move || {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        runtime.block_on(async move {
+            let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+            addr_tx.send(listener.local_addr().unwrap()).unwrap();
+            axum::serve(listener, app)
+                .with_graceful_shutdown(async {
+                    let _ = stop_rx.await;
+                })
+                .await
+                .unwrap();
+        });
+    });
+    let addr = addr_rx.recv().unwrap();
+    Server {
+        base: format!("http://{addr}/v1"),
+        state,
+        stop: Some(stop_tx),
+        thread: Some(thread),
+    }
+}
+
+fn binary() -> &'static str {
+    env!("CARGO_BIN_EXE_promptforge")
+}
+
+/// A prompt whose arms and tasks interleave: two rounds per arm with a store write and a log
+/// between them, a task per arm, and a race decided by which task ends first.
+const PROMPT: &str = r#"---
+name: interleaved
+description: arms and tasks that interleave over a model
+promptforge: 0
+models:
+  writer: {}
+---
+
+# Interleaved
+
+```lua
+models.default('writer')
+```
+
+## Main
+
+```lua
+local members = {}
+for i = 1, 12 do members[i] = 'm' .. i end
+local r = fanout('### Arm', members)
+local parts = {}
+for i = 1, #r do parts[i] = r[i].text end
+local a = tasks.spawn('### Quick')
+local b = tasks.spawn('### Slow')
+local first, ok, result = tasks.join_any({ a, b })
+for _, t in ipairs(tasks.pending()) do tasks.cancel(t) end
+return table.concat(parts, ';') .. '|' .. first.task .. '=' .. result .. '|' .. store.read('out/m7.txt')
+```
+
+### Arm
+
+```lua
+local one = models.infer('one ' .. item)
+log('arm ' .. sys.index .. ' got ' .. one)
+store.write('out/' .. item .. '.txt', one)
+local t = tasks.spawn('### Helper', { item = item })
+local two = models.infer('two ' .. item)
+local _, _, helped = tasks.join_any({ t })
+return two .. '+' .. helped
+```
+
+### Helper
+
+```lua
+return models.infer('help ' .. item)
+```
+
+### Quick
+
+```lua
+return models.infer('quick')
+```
+
+### Slow
+
+```lua
+local a = models.infer('slow a')
+return models.infer('slow b ' .. a)
+```
+"#;
+
+fn run(prompt: &Path, server: &Server, extra: &[&str]) -> Output {
+    let store = tempfile_dir();
+    let mut cmd = Command::new(binary());
+    cmd.args(["run"])
+        .arg(prompt)
+        .args([
+            "--json",
+            "--events",
+            "--seed",
+            "11",
+            "--when",
+            "2026-02-03T04:05:06Z",
+            "--model",
+            "openai:test-model",
+            "--store",
+        ])
+        .arg(&store)
+        .args(extra)
+        .env("OPENAI_BASE_URL", &server.base)
+        .env("OPENAI_API_KEY", "test-key")
+        .env_remove("ANTHROPIC_API_KEY")
+        .stdin(Stdio::null());
+    let output = cmd.output().unwrap();
+    let _ = std::fs::remove_dir_all(&store);
+    output
+}
+
+fn tempfile_dir() -> std::path::PathBuf {
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    let dir = std::env::temp_dir().join(format!(
+        "pf-concurrency-{}-{}",
+        std::process::id(),
+        NEXT.fetch_add(1, Ordering::SeqCst)
+    ));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+fn write_prompt(text: &str) -> std::path::PathBuf {
+    let dir = tempfile_dir();
+    let path = dir.join("prompt.md");
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+#[test]
+fn twenty_runs_with_random_completion_order_are_byte_identical() {
+    let server = start(25, 0x5eed_1234);
+    let prompt = write_prompt(PROMPT);
+    let first = run(&prompt, &server, &[]);
+    let stdout = String::from_utf8_lossy(&first.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&first.stderr).into_owned();
+    assert!(first.status.success(), "{stdout}\n{stderr}");
+    let outcome: Value = serde_json::from_str(stdout.trim()).unwrap();
+    let result = outcome["result"].as_str().unwrap();
+    assert!(
+        result.starts_with("re: two m1+re: help m1;re: two m2+re: help m2;"),
+        "{result}"
+    );
+    assert!(result.ends_with("|0.12=re: quick|re: one m7"), "{result}");
+    assert!(stderr.contains("\"event\":\"log\""), "{stderr}");
+    for n in 2..=20 {
+        let again = run(&prompt, &server, &[]);
+        assert_eq!(
+            String::from_utf8_lossy(&again.stdout),
+            stdout,
+            "run {n}: stdout differs"
+        );
+        assert_eq!(
+            String::from_utf8_lossy(&again.stderr),
+            stderr,
+            "run {n}: the event stream differs"
+        );
+    }
+    let peak = server.state.peak.load(Ordering::SeqCst);
+    assert!(peak > 1, "the rounds never overlapped: peak {peak}");
+    assert!(peak <= 8, "more rounds in flight than the limit: {peak}");
+}
+
+#[test]
+fn the_concurrency_flag_caps_rounds_in_flight() {
+    let server = start(5, 7);
+    let prompt = write_prompt(PROMPT);
+    let output = run(&prompt, &server, &["--concurrency", "2"]);
+    assert!(output.status.success(), "{:?}", output);
+    let peak = server.state.peak.load(Ordering::SeqCst);
+    // Two arms (or tasks) hold slots; a task parked on a wait gives its slot back, so the
+    // limit counts running work, and the main walk never needs a slot.
+    assert!(peak <= 2, "peak {peak} with --concurrency 2");
+    let refused = Command::new(binary())
+        .args(["run", "x.md", "--concurrency", "0"])
+        .output()
+        .unwrap();
+    assert_eq!(refused.status.code(), Some(2));
+}
+
+#[test]
+fn ctrl_c_with_rounds_in_flight_ends_the_run_cancelled_at_once() {
+    let server = start(0, 1);
+    let prompt = write_prompt(PROMPT);
+    let store = tempfile_dir();
+    let mut child = Command::new(binary())
+        .args(["run"])
+        .arg(&prompt)
+        .args(["--json", "--model", "openai:test-model", "--store"])
+        .arg(&store)
+        .env("OPENAI_BASE_URL", &server.base)
+        .env("OPENAI_API_KEY", "test-key")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Wait until the server holds the first wave of rounds.
+    let began = Instant::now();
+    while server.state.in_flight.load(Ordering::SeqCst) < 8 {
+        assert!(
+            began.elapsed() < Duration::from_secs(20),
+            "the rounds never went out"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let status = Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let sent = Instant::now();
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            assert_eq!(status.code(), Some(130));
+            break;
+        }
+        assert!(
+            sent.elapsed() < Duration::from_secs(2),
+            "the run did not end within 2 s of Ctrl-C"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let output = child.wait_with_output().unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert_eq!(stdout.trim(), r#"{"outcome":"cancelled"}"#);
+    let _ = std::fs::remove_dir_all(&store);
+}
