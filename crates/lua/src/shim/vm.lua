@@ -160,7 +160,6 @@ local function var_proxy(data, path)
       if message then raise(message) end
       rawset(data, k, copy)
     end,
-    __len = function() return #data end,
     __metatable = 'var is guarded',
   })
   var_proxies[data] = proxy
@@ -191,7 +190,6 @@ local function frozen(data)
       end
       raise('argv is frozen outside H1: cannot set field ' .. shown)
     end,
-    __len = function() return #data end,
     __metatable = 'argv is frozen',
   })
   frozen_proxies[data] = proxy
