@@ -427,7 +427,7 @@ impl Run {
     }
 
     /// Admit queued strands that fit under the concurrency limit.
-    fn admit(&mut self) {
+    pub(crate) fn admit(&mut self) {
         self.admission_dirty = false;
         for id in self.admission.admit() {
             let Some(strand) = self.strands.get_mut(&id) else {

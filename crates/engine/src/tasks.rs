@@ -71,6 +71,10 @@ pub(crate) struct TaskRecord {
     held: Option<Held>,
     /// A wait took its result.
     delivered: bool,
+    /// Waited on or cancelled (or abandoned): no longer pending for its owner. A task that
+    /// ended stays pending until then, so `tasks.pending` lists it and a chain that ends
+    /// without collecting it leaks it.
+    settled: bool,
     note: Option<String>,
     /// The round count when it ended (live: the strand's).
     turns: u32,
@@ -100,6 +104,11 @@ impl Tasks {
             .is_some_and(|r| r.state == TaskState::Running)
     }
 
+    /// Not yet waited on, cancelled or abandoned.
+    fn is_pending(&self, id: &TaskId) -> bool {
+        self.records.get(id).is_some_and(|r| !r.settled)
+    }
+
     /// Record that a task ended (nothing else: the caller deals with its strand).
     pub(crate) fn mark_ended(&mut self, id: &TaskId, ending: TaskEnding) {
         if let Some(record) = self.records.get_mut(id) {
@@ -110,6 +119,9 @@ impl Tasks {
             };
             record.ok = Some(ending == TaskEnding::Succeeded);
             record.strand = None;
+            if matches!(ending, TaskEnding::Cancelled | TaskEnding::Abandoned(_)) {
+                record.settled = true;
+            }
         }
     }
 }
@@ -205,6 +217,7 @@ impl Run {
                 ok: None,
                 held: None,
                 delivered: false,
+                settled: false,
                 note: None,
                 turns: 0,
                 depth,
@@ -235,6 +248,9 @@ impl Run {
                 origin,
             },
         );
+        // A free slot is taken at once: the task is admitted (not `queued`), though it first
+        // runs only when its owner waits.
+        self.admit();
         id
     }
 
@@ -328,6 +344,21 @@ impl Run {
         }
     }
 
+    /// Hand task notices to the model: each joins its task's claims, and a task whose notice
+    /// the model has read is settled (no longer pending), though its result stays for a wait.
+    fn take_notices(&mut self, waiter: ChainRef, notices: Vec<Notice>) -> Vec<String> {
+        notices
+            .into_iter()
+            .map(|n| {
+                self.deliver_claims(waiter, &n.task);
+                if let Some(record) = self.tasks.records.get_mut(&n.task) {
+                    record.settled = true;
+                }
+                n.text
+            })
+            .collect()
+    }
+
     /// Order everything a task did before the waiter's next step (a delivery is a join).
     pub(crate) fn deliver_claims(&mut self, waiter: ChainRef, id: &TaskId) {
         if let Some(record) = self.tasks.records.get(id) {
@@ -351,13 +382,20 @@ impl Run {
             .iter()
             .filter(|id| {
                 reason == AbandonReason::OwnerReturned
-                    && self.tasks.records.get(*id).is_some_and(|r| {
-                        r.state == TaskState::Running && r.origin == Origin::Author
-                    })
+                    && self
+                        .tasks
+                        .records
+                        .get(*id)
+                        .is_some_and(|r| !r.settled && r.origin == Origin::Author)
             })
             .cloned()
             .collect();
         self.abandon_owned(&owned, reason);
+        for id in &owned {
+            if let Some(record) = self.tasks.records.get_mut(id) {
+                record.settled = true;
+            }
+        }
         for id in &owned {
             self.deliver_claims(s.claims, id);
         }
@@ -418,7 +456,7 @@ impl Run {
                 Err(error) => refused(error),
             },
             "tasks.status" => match self.readable_by(s, task) {
-                Ok(id) => Dispatch::Answer(Answer::Value(self.status_table(&id, s))),
+                Ok(id) => Dispatch::Answer(Answer::Value(self.status_table(&id, s, entry))),
                 Err(error) => refused(error),
             },
             "tasks.pending" => {
@@ -428,8 +466,7 @@ impl Run {
                     .iter()
                     .filter(|id| {
                         self.tasks.records.get(*id).is_some_and(|r| {
-                            r.state == TaskState::Running
-                                && origin.is_none_or(|o| o == r.origin.as_str())
+                            !r.settled && origin.is_none_or(|o| o == r.origin.as_str())
                         })
                     })
                     .map(|id| json!({"task": id.to_string()}))
@@ -453,6 +490,10 @@ impl Run {
                         .filter(|r| r.state == TaskState::Running && r.origin == Origin::Model)
                         .map(|r| r.target.clone());
                     self.stop_task(&id, TaskEnding::Cancelled);
+                    // Cancelling an ended task changes nothing about it, but it is settled.
+                    if let Some(record) = self.tasks.records.get_mut(&id) {
+                        record.settled = true;
+                    }
                     if let Some(target) = live_model
                         && entry.model_tasks.contains(&id)
                     {
@@ -471,14 +512,8 @@ impl Run {
             "tasks.tool" => self.model_tool(s, entry, payload),
             "tasks.notices" => {
                 let notices = std::mem::take(&mut entry.notices);
-                let texts = notices
-                    .into_iter()
-                    .map(|n| {
-                        self.deliver_claims(s.claims, &n.task);
-                        Json::String(n.text)
-                    })
-                    .collect();
-                Dispatch::Answer(Answer::Value(Json::Array(texts)))
+                let texts = self.take_notices(s.claims, notices);
+                Dispatch::Answer(Answer::Value(Json::from(texts)))
             }
             other => Dispatch::Answer(lua_error(format!("unknown tasks operation `{other}`"))),
         }
@@ -517,11 +552,8 @@ impl Run {
             .map_or_else(|| Arc::from(""), |x| Arc::from(x.name.as_str()))
     }
 
-    /// Start a timer for a wait that has to wait: it takes the owner's next child index.
-    fn wait_timer(&mut self, s: &mut Strand, seconds: f64) -> crate::protocol::EffectId {
-        if let Some(top) = s.top_mut() {
-            top.children += 1;
-        }
+    /// Start a wait's timer.
+    fn timer(&mut self, s: &Strand, seconds: f64) -> crate::protocol::EffectId {
         let duration = Duration::try_from_secs_f64(seconds).unwrap_or(Duration::MAX);
         self.effects.issue(s.id, Effect::Timer { duration }).0
     }
@@ -552,6 +584,13 @@ impl Run {
             members.push(id);
         }
         let timeout = payload.get("timeout").and_then(Json::as_f64);
+        // Every timed wait takes one child index, even one answered at once (the chapter's
+        // only exceptions: no timeout, and refused options, which never get here).
+        if timeout.is_some()
+            && let Some(top) = s.top_mut()
+        {
+            top.children += 1;
+        }
         let ended = |run: &Run, id: &TaskId| !run.tasks.is_live(id);
         if all {
             if members.iter().all(|id| ended(self, id)) {
@@ -560,7 +599,7 @@ impl Run {
         } else if let Some(id) = members.iter().find(|id| ended(self, id)).cloned() {
             return Dispatch::Answer(Answer::Value(self.take_end(s.claims, &id)));
         }
-        let timer = timeout.map(|seconds| self.wait_timer(s, seconds));
+        let timer = timeout.map(|seconds| self.timer(s, seconds));
         s.wait = Some(if all {
             TaskWait::Join { members, timer }
         } else {
@@ -581,6 +620,7 @@ impl Run {
             return json!({"task": task, "ok": false, "error": cancelled(id)});
         }
         record.delivered = true;
+        record.settled = true;
         let held = record.held.take();
         self.deliver_claims(waiter, id);
         match held {
@@ -651,16 +691,7 @@ impl Run {
                     .filter(|t| self.tasks.is_live(t))
                     .cloned()
                     .collect();
-                let mut lines: Vec<String> = notices
-                    .iter()
-                    .map(|n| {
-                        let _ = self.tasks.records.get(&n.task).map(|r| r.claims);
-                        n.text.clone()
-                    })
-                    .collect();
-                for n in &notices {
-                    self.deliver_claims(claims, &n.task);
-                }
+                let mut lines = self.take_notices(claims, notices);
                 if running.is_empty() && lines.is_empty() {
                     lines.push(format!(
                         "slept {} seconds",
@@ -710,22 +741,16 @@ impl Run {
             return;
         };
         let notices = std::mem::take(&mut entry.notices);
-        let text = notices
-            .iter()
-            .map(|n| n.text.as_str())
-            .collect::<Vec<_>>()
-            .join("\n");
-        for n in &notices {
-            self.deliver_claims(claims, &n.task);
-        }
+        let text = self.take_notices(claims, notices).join("\n");
         self.wake(
             owner_strand,
             Answer::Value(json!({"text": text, "ok": true})),
         );
     }
 
-    /// The status table of a task (`tasks.status`).
-    fn status_table(&self, id: &TaskId, current: &Strand) -> Json {
+    /// The status table of a task (`tasks.status`). `running` is the entry whose Lua is
+    /// asking (a task reading itself is running Lua, so it waits on nothing).
+    fn status_table(&self, id: &TaskId, current: &Strand, running: &Entry) -> Json {
         let Some(record) = self.tasks.records.get(id) else {
             return Json::Null;
         };
@@ -743,7 +768,17 @@ impl Run {
         if let Some(ok) = record.ok {
             table.insert("ok".into(), Json::Bool(ok));
         }
-        let (section, blocked) = strand.map(activity).unwrap_or((None, None));
+        let (section, blocked) = match strand {
+            Some(me) if me.id == current.id => {
+                let bottom = match me.stack.first().and_then(|c| c.entry.as_ref()) {
+                    Some(entry) => entry.name.clone(),
+                    None => running.name.clone(),
+                };
+                (Some(bottom), None)
+            }
+            Some(other) => activity(other),
+            None => (None, None),
+        };
         if let Some(section) = section {
             table.insert("section".into(), Json::String(section));
         }
@@ -778,7 +813,7 @@ impl Run {
                     .iter()
                     .chain(c.carried.iter().flat_map(|x| x.0.iter()))
             })
-            .filter(|id| self.tasks.is_live(id))
+            .filter(|id| self.tasks.is_pending(id))
             .cloned()
             .collect();
         ids.sort();
@@ -900,6 +935,9 @@ impl Run {
                 }
                 // The model's own cancel queues no notice: its confirmation says it all.
                 self.stop_task(&id, TaskEnding::Cancelled);
+                if let Some(record) = self.tasks.records.get_mut(&id) {
+                    record.settled = true;
+                }
                 tool_text(format!("Task id={id} cancelled"), true)
             }
             "await_tasks" => {
@@ -915,21 +953,20 @@ impl Run {
                 };
                 if !entry.notices.is_empty() {
                     let notices = std::mem::take(&mut entry.notices);
-                    for n in &notices {
-                        self.deliver_claims(s.claims, &n.task);
-                    }
-                    let text = notices
-                        .iter()
-                        .map(|n| n.text.as_str())
-                        .collect::<Vec<_>>()
-                        .join("\n");
+                    let text = self.take_notices(s.claims, notices).join("\n");
                     return tool_text(text, true);
                 }
                 let running = entry.model_tasks.iter().any(|t| self.tasks.is_live(t));
                 if !running && seconds.is_none() {
                     return tool_text("nothing to wait for", true);
                 }
-                let timer = seconds.map(|t| self.wait_timer(s, t));
+                // A timed `await_tasks` that has to wait takes the owner's next child index.
+                if seconds.is_some()
+                    && let Some(top) = s.top_mut()
+                {
+                    top.children += 1;
+                }
+                let timer = seconds.map(|t| self.timer(s, t));
                 s.wait = Some(TaskWait::Await { timer, seconds });
                 Dispatch::Park
             }

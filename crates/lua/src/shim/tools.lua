@@ -54,6 +54,14 @@ local function list(names)
   return '[' .. table_concat(names, ', ') .. ']'
 end
 
+-- An alias list as the spec's `{aliases:?}` prints it: each alias in double quotes (aliases
+-- follow the alias grammar, so none needs escaping).
+local function quoted(names)
+  local parts = {}
+  for i = 1, #names do parts[i] = '"' .. names[i] .. '"' end
+  return list(parts)
+end
+
 -- The section's own scope: aliases it added (in order), its description overrides, its
 -- local tools (in registration order), and the task built-ins' allowlist (`tools.allow_tasks`:
 -- nil until it runs, true for any section, else the list of headings).
@@ -251,7 +259,7 @@ end
 -- The out_of_scope_tool failure for a name the round did not offer.
 M.out_of_scope = function(name, names)
   local message = 'tool "' .. tostring(name) .. '" is not in this section\'s scope; in-scope aliases: '
-    .. list(names)
+    .. quoted(names)
   if bound[name] then
     message = message .. " (alias is a bound tool slot but was not added to this section's scope)"
   end
@@ -401,7 +409,7 @@ M.call = function(alias, args)
   local l = local_by_alias[name]
   if ENGINE_TOOLS[name] or (l == nil and bound[name] == nil) then
     typed_error('unbound_tool', 'tool "' .. name .. '" is not bound in this run; bound aliases: '
-      .. list(bound_order), { name = name }, 'Tool')
+      .. quoted(bound_order), { name = name }, 'Tool')
   end
   count_call(name)
   if l then return run_handler(l, args) end
