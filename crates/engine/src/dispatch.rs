@@ -13,7 +13,7 @@ use crate::protocol::{Answer, Effect, store_error_answer};
 use crate::requests::{harness_effect, lua_error, store_op, text_field};
 use crate::run::{CALL_DEPTH_CAP, Run};
 use crate::strand::Seed;
-use crate::strand::{Chain, Entry, Level, Start, Strand};
+use crate::strand::{Chain, Entry, Start, Strand};
 
 /// What a suspended call's request becomes.
 #[derive(Debug)]
@@ -142,33 +142,12 @@ impl Run {
             Ok(start) => start,
             Err(message) => return Dispatch::Answer(lua_error(message)),
         };
-        let parent = self.prompt.section(start.section).and_then(|x| x.parent);
-        let next = self
-            .siblings(parent)
-            .iter()
-            .position(|x| *x == start.section)
-            .unwrap_or(0);
         let Some(top) = s.top_mut() else {
             return Dispatch::Answer(lua_error("internal invariant violated: no chain"));
         };
         let id = top.id.child(top.children);
         top.children += 1;
-        let depth = top.depth + 1;
-        let key = self.admission.add_chain(Some(top.key));
-        Dispatch::Call(Box::new(Chain {
-            id,
-            key,
-            entries: 0,
-            children: 0,
-            levels: vec![Level { parent, next }],
-            var: Arc::unwrap_or_clone(start.var),
-            args: start.args,
-            argv: start.argv,
-            depth,
-            entry: None,
-            seed: None,
-            owned: Vec::new(),
-            carried: None,
-        }))
+        let (depth, parent) = (top.depth + 1, top.key);
+        Dispatch::Call(Box::new(self.chain_from(id, parent, depth, start, false)))
     }
 }

@@ -45,28 +45,45 @@ impl Run {
         let Some(owner) = s.owner else {
             return;
         };
-        let parent = self.prompt.section(start.section).and_then(|x| x.parent);
+        let chain = self.chain_from(s.task.clone(), owner, s.depth, start, true);
+        s.stack.push(chain);
+    }
+
+    /// A new chain `id` under admission node `parent`, whose walk starts at the start's
+    /// section among its siblings; `seeded`: its first entry gets the start's `item` and
+    /// `sys.index` (a task's or arm's chain, not a called one).
+    pub(crate) fn chain_from(
+        &mut self,
+        id: TaskId,
+        parent: crate::scheduler::ChainKey,
+        depth: u32,
+        start: Start,
+        seeded: bool,
+    ) -> Chain {
+        let section = self.prompt.section(start.section).and_then(|x| x.parent);
         let next = self
-            .siblings(parent)
+            .siblings(section)
             .iter()
             .position(|x| *x == start.section)
             .unwrap_or(0);
-        let key = self.admission.add_chain(Some(owner));
-        s.stack.push(Chain {
-            id: s.task.clone(),
-            key,
+        Chain {
+            id,
+            key: self.admission.add_chain(Some(parent)),
             entries: 0,
             children: 0,
-            levels: vec![Level { parent, next }],
+            levels: vec![Level {
+                parent: section,
+                next,
+            }],
             var: Arc::unwrap_or_clone(start.var),
             args: start.args,
             argv: start.argv,
-            depth: s.depth,
+            depth,
             entry: None,
-            seed: Some(start.seed),
+            seed: seeded.then_some(start.seed),
             owned: Vec::new(),
             carried: None,
-        });
+        }
     }
 
     /// The sibling list under `parent` (the top level for `None`).
@@ -304,16 +321,9 @@ impl Run {
                         // Every section VM replays the shared library; a prompt without one
                         // replays an empty library, which runs nothing but still reports it.
                         let Some(shared) = self.prompt.shared.clone() else {
-                            self.event(
-                                &s.task,
-                                EventKind::SharedLoadSucceeded {
-                                    section: entry.name.clone(),
-                                },
-                            );
-                            if let Err(failure) = entry.vm.install_alias_globals() {
+                            if let Err(failure) = self.shared_loaded(&s.task, &mut entry) {
                                 return self.entry_failed(s, entry, failure, false);
                             }
-                            entry.stage = Stage::Blocks;
                             continue;
                         };
                         if let Err(failure) = entry.vm.start_shared(&shared) {
@@ -423,16 +433,9 @@ impl Run {
                 BlockStep::Finished(result) => {
                     entry.running = false;
                     if entry.stage == Stage::Shared {
-                        self.event(
-                            &s.task,
-                            EventKind::SharedLoadSucceeded {
-                                section: entry.name.clone(),
-                            },
-                        );
-                        if let Err(failure) = entry.vm.install_alias_globals() {
+                        if let Err(failure) = self.shared_loaded(&s.task, &mut entry) {
                             return self.entry_failed(s, entry, failure, false);
                         }
-                        entry.stage = Stage::Blocks;
                         continue;
                     }
                     self.block_succeeded(&s.task, &entry);
@@ -446,6 +449,20 @@ impl Run {
                 }
             }
         }
+    }
+
+    /// The shared library replay is done (or there was none): report it, install the alias
+    /// globals (step 11), and move on to the blocks.
+    fn shared_loaded(&mut self, task: &TaskId, entry: &mut Entry) -> Result<(), LuaFailure> {
+        self.event(
+            task,
+            EventKind::SharedLoadSucceeded {
+                section: entry.name.clone(),
+            },
+        );
+        entry.vm.install_alias_globals()?;
+        entry.stage = Stage::Blocks;
+        Ok(())
     }
 
     fn block_succeeded(&mut self, task: &TaskId, entry: &Entry) {
