@@ -12,8 +12,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use promptforge_engine::protocol::{
-    Answer, Effect, EffectId, ErrorValue, ModelRound, RunErrorKind, Step, store_answer,
-    store_error_answer,
+    ASK_TOOL_PATH, Answer, Effect, EffectId, ErrorValue, ModelRound, RunErrorKind, Step,
+    store_answer, store_error_answer,
 };
 use promptforge_engine::{Event, Outcome, Run};
 use promptforge_harness::model::{
@@ -52,9 +52,6 @@ impl Operator {
     }
 }
 
-/// The user-input Plugin's ask tool.
-pub const ASK_TOOL_PATH: &str = "promptforge/user-input/ask";
-
 /// The fixed answer when nobody is there to ask (chapter 05).
 const NO_OPERATOR: &str = "User input is unavailable in this host; continue without it.";
 
@@ -92,7 +89,12 @@ pub struct Host {
     rx: UnboundedReceiver<HostMessage>,
     /// The terminal operator's thread, started on the first question.
     terminal: Option<std::sync::mpsc::Sender<(EffectId, AskShape)>>,
+    /// Questions the run withdrew (a cancelled task's): the terminal thread skips them.
+    withdrawn: Withdrawn,
 }
+
+/// The ids of withdrawn questions, shared with the terminal thread.
+type Withdrawn = Arc<std::sync::Mutex<std::collections::BTreeSet<EffectId>>>;
 
 /// An `internal` error value for a failure on the Harness's side.
 fn internal(message: impl Into<String>, run_kind: RunErrorKind) -> Answer {
@@ -140,6 +142,7 @@ impl Host {
             tx,
             rx,
             terminal: None,
+            withdrawn: Arc::default(),
         })
     }
 
@@ -169,6 +172,10 @@ impl Host {
                 if let Some(handle) = in_flight.remove(id) {
                     handle.abort();
                 }
+            }
+            if self.terminal.is_some() && !batch.withdrawn.is_empty() {
+                let mut withdrawn = self.withdrawn.lock().unwrap_or_else(|e| e.into_inner());
+                withdrawn.extend(batch.withdrawn.iter().copied());
             }
             let mut answered = false;
             for (id, effect) in batch.issued {
@@ -248,8 +255,10 @@ impl Host {
                 None => tool_failure("the operator has no more answers"),
             }),
             Operator::Terminal => {
-                let tx = self.tx.clone();
-                let terminal = self.terminal.get_or_insert_with(|| spawn_terminal(tx));
+                let (tx, withdrawn) = (self.tx.clone(), self.withdrawn.clone());
+                let terminal = self
+                    .terminal
+                    .get_or_insert_with(|| spawn_terminal(tx, withdrawn));
                 if terminal.send((id, shape)).is_err() {
                     return Started::Now(tool_failure("the operator's terminal is gone"));
                 }
@@ -313,14 +322,22 @@ fn round_answer(
 }
 
 /// The terminal operator: a thread that asks each question in turn on stderr and reads the
-/// answer line from stdin.
+/// answer line from stdin, skipping questions the run has withdrawn.
 fn spawn_terminal(
     tx: UnboundedSender<HostMessage>,
+    withdrawn: Withdrawn,
 ) -> std::sync::mpsc::Sender<(EffectId, AskShape)> {
     let (questions, inbox) = std::sync::mpsc::channel::<(EffectId, AskShape)>();
     std::thread::spawn(move || {
         use std::io::{BufRead, Write};
         while let Ok((id, shape)) = inbox.recv() {
+            if withdrawn
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .remove(&id)
+            {
+                continue;
+            }
             eprint!("> ");
             let _ = std::io::stderr().flush();
             let mut line = String::new();

@@ -332,6 +332,8 @@ fn execute(
         }
     }
     ctx.execution = prompt.frontmatter.name.clone();
+    // A person at the terminal answers when they answer; answers given with --input (or no
+    // operator at all) come at once, in the order the run asks.
     ctx.host.model = model.as_ref().map(|m| m.description.engine_info());
     // The operator: `--input` answers, else a person at the terminal, else nobody.
     let operator = if !args.inputs.is_empty() {
@@ -341,6 +343,7 @@ fn execute(
     } else {
         Operator::Nobody
     };
+    ctx.host.live_operator = matches!(operator, Operator::Terminal);
     ctx.host.plugins.push(PluginInfo {
         id: USER_INPUT_PLUGIN.to_owned(),
         tools: vec![ToolInfo::new(

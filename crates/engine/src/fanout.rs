@@ -2,8 +2,6 @@
 //! order, and a wait on all of them. The results come back in collection order; the first arm
 //! failure other than round-cap exhaustion cancels the live siblings and is raised at the call.
 
-use std::sync::Arc;
-
 use promptforge_lua::json::display_value;
 use promptforge_lua::vm::LuaFailure;
 use serde_json::{Value as Json, json};
@@ -65,10 +63,7 @@ impl Run {
         if items.is_empty() {
             return Dispatch::Answer(Answer::Value(Json::Array(Vec::new())));
         }
-        let target: Arc<str> = self
-            .prompt
-            .section(start.section)
-            .map_or_else(|| Arc::from(""), |x| Arc::from(x.name.as_str()));
+        let target = self.target_name(&start);
         let id = self.take_fanout_id();
         let mut arms = Vec::with_capacity(items.len());
         for (index, item) in items.iter().enumerate() {
@@ -151,12 +146,14 @@ impl Run {
                     .collect(),
             )),
         };
-        // Every arm is delivered (or cancelled): join them into the caller.
+        // Every arm is delivered (or cancelled): join them into the caller; their results
+        // are taken, so a later wait on an arm's id is `task_consumed`.
         let caller = self.strands.get(&fan.caller).map(|c| c.claims);
         for arm in &fan.arms {
             if let Some(waiter) = caller {
                 self.deliver_claims(waiter, arm);
             }
+            self.tasks.mark_delivered(arm);
         }
         self.wake(fan.caller, answer);
     }

@@ -82,6 +82,10 @@ pub struct HostState {
     pub plugins: Vec<PluginInfo>,
     /// The Host's current model, if any.
     pub model: Option<ModelInfo>,
+    /// The operator is a person (a terminal), whose answers come when they come; otherwise
+    /// (answers given on the command line, or no operator) every question is answered at
+    /// once, so the engine takes the answers in issue order like a model's.
+    pub live_operator: bool,
 }
 
 const NOTICE_HEADER: &str = "the environment cannot satisfy this prompt:";
@@ -271,6 +275,7 @@ mod tests {
                 },
             ],
             model: None,
+            live_operator: false,
         };
         assert_eq!(
             requirements_notice(&fm, &host).unwrap(),
@@ -291,6 +296,7 @@ mod tests {
                 thinking: ThinkingCapability::Never,
                 description: String::new(),
             }),
+            live_operator: false,
         };
         assert_eq!(
             requirements_notice(&fm, &never).unwrap(),
@@ -304,6 +310,7 @@ mod tests {
                 thinking: ThinkingCapability::Always,
                 description: String::new(),
             }),
+            live_operator: false,
         };
         assert_eq!(
             requirements_notice(&fm, &always).unwrap(),

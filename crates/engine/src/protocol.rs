@@ -61,20 +61,30 @@ pub enum Delivery {
     /// Store operations. The Host answers these as the run makes them, before it steps again;
     /// the engine takes no other answer while one is outstanding.
     Immediate,
-    /// Model rounds, tool calls and operator questions: taken one at a time in issue order, so a
-    /// reply that arrives early waits for the replies to effects issued before it.
+    /// Model rounds, tool calls, and questions to an operator who answers at once: taken one
+    /// at a time in issue order, so a reply that arrives early waits for the replies to
+    /// effects issued before it.
     Ordered,
-    /// Timers: taken when they fire, after any ordered answer that is already there (a task
-    /// that ends at the same moment as a timeout wins).
-    Timed,
+    /// Timers, and questions to a person at a terminal: taken when they come (oldest first),
+    /// after any ordered answer that is already there (a task that ends at the same moment as
+    /// a timeout wins). Only these depend on real time, as the spec says they do.
+    OnArrival,
 }
 
+/// The `promptforge/user-input` Plugin's ask tool, which reaches the operator.
+pub const ASK_TOOL_PATH: &str = "promptforge/user-input/ask";
+
 impl Effect {
-    /// When the engine takes this effect's answer.
-    pub fn delivery(&self) -> Delivery {
+    /// When the engine takes this effect's answer; `live_operator`: the Host's operator is a
+    /// person (see [`crate::HostState::live_operator`]).
+    pub fn delivery(&self, live_operator: bool) -> Delivery {
         match self {
             Effect::Store(_) => Delivery::Immediate,
-            Effect::Timer { .. } => Delivery::Timed,
+            Effect::Timer { .. } => Delivery::OnArrival,
+            Effect::Ask if live_operator => Delivery::OnArrival,
+            Effect::Tool { path, .. } if live_operator && path == ASK_TOOL_PATH => {
+                Delivery::OnArrival
+            }
             Effect::ModelRound(_) | Effect::Ask | Effect::Tool { .. } => Delivery::Ordered,
         }
     }
@@ -207,16 +217,24 @@ mod tests {
 
     #[test]
     fn delivery_classes() {
-        assert_eq!(Effect::Ask.delivery(), Delivery::Ordered);
+        assert_eq!(Effect::Ask.delivery(false), Delivery::Ordered);
+        assert_eq!(Effect::Ask.delivery(true), Delivery::OnArrival);
+        let ask_tool = Effect::Tool {
+            alias: "ask".into(),
+            path: ASK_TOOL_PATH.into(),
+            args: Json::Null,
+        };
+        assert_eq!(ask_tool.delivery(true), Delivery::OnArrival);
+        assert_eq!(ask_tool.delivery(false), Delivery::Ordered);
         assert_eq!(
             Effect::Timer {
                 duration: Duration::ZERO
             }
-            .delivery(),
-            Delivery::Timed
+            .delivery(false),
+            Delivery::OnArrival
         );
         assert_eq!(
-            Effect::Store(StoreOp::Exists { path: "a".into() }).delivery(),
+            Effect::Store(StoreOp::Exists { path: "a".into() }).delivery(true),
             Delivery::Immediate
         );
     }

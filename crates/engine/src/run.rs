@@ -170,6 +170,7 @@ impl Run {
         let models = Rc::new(RefCell::new(models_state(&prompt, &ctx)));
         let nonce = nonce_for_run(ctx.seed);
         let admission = Admission::new(ctx.concurrency);
+        let effects = Effects::new(ctx.host.live_operator);
         Run {
             prompt,
             ctx,
@@ -188,7 +189,7 @@ impl Run {
             next_strand: MAIN,
             next_seq: 0,
             runnable: BTreeSet::new(),
-            effects: Effects::default(),
+            effects,
             admission,
             admission_dirty: false,
             tasks: Tasks::default(),

@@ -59,27 +59,33 @@ pub(crate) struct Delivered {
 /// only on the answers, never on when they arrived.
 #[derive(Debug, Default)]
 pub(crate) struct Effects {
+    /// The Host's operator is a person (their answers are taken on arrival).
+    live_operator: bool,
     next_id: EffectId,
     live: BTreeMap<EffectId, Live>,
     answers: BTreeMap<EffectId, Answer>,
     immediate: BTreeSet<EffectId>,
     ordered: BTreeSet<EffectId>,
-    timed: BTreeSet<EffectId>,
+    on_arrival: BTreeSet<EffectId>,
     batch: Batch,
 }
 
 impl Effects {
+    /// No effects yet; `live_operator`: the Host's operator is a person.
+    pub(crate) fn new(live_operator: bool) -> Effects {
+        Effects {
+            live_operator,
+            ..Effects::default()
+        }
+    }
+
     /// Issue an effect for a strand; it goes out with the next batch.
     pub(crate) fn issue(&mut self, strand: StrandId, effect: Effect) -> (EffectId, Work) {
         let id = self.next_id;
         self.next_id += 1;
-        let delivery = effect.delivery();
+        let delivery = effect.delivery(self.live_operator);
         let work = Work::of(&effect);
-        match delivery {
-            Delivery::Immediate => self.immediate.insert(id),
-            Delivery::Ordered => self.ordered.insert(id),
-            Delivery::Timed => self.timed.insert(id),
-        };
+        self.lane(delivery).insert(id);
         self.live.insert(
             id,
             Live {
@@ -106,11 +112,7 @@ impl Effects {
             return;
         };
         self.answers.remove(&id);
-        match live.delivery {
-            Delivery::Immediate => self.immediate.remove(&id),
-            Delivery::Ordered => self.ordered.remove(&id),
-            Delivery::Timed => self.timed.remove(&id),
-        };
+        self.lane(live.delivery).remove(&id);
         if let Some(at) = self.batch.issued.iter().position(|(i, _)| *i == id) {
             self.batch.issued.remove(at);
         } else {
@@ -137,22 +139,29 @@ impl Effects {
             }
             None => match self.ordered.first() {
                 Some(&id) if self.answers.contains_key(&id) => id,
-                _ => *self.timed.iter().find(|id| self.answers.contains_key(id))?,
+                _ => *self
+                    .on_arrival
+                    .iter()
+                    .find(|id| self.answers.contains_key(id))?,
             },
         };
         let answer = self.answers.remove(&id)?;
         let live = self.live.remove(&id)?;
-        match live.delivery {
-            Delivery::Immediate => self.immediate.remove(&id),
-            Delivery::Ordered => self.ordered.remove(&id),
-            Delivery::Timed => self.timed.remove(&id),
-        };
+        self.lane(live.delivery).remove(&id);
         Some(Delivered {
             id,
             strand: live.strand,
             work: live.work,
             answer,
         })
+    }
+
+    fn lane(&mut self, delivery: Delivery) -> &mut BTreeSet<EffectId> {
+        match delivery {
+            Delivery::Immediate => &mut self.immediate,
+            Delivery::Ordered => &mut self.ordered,
+            Delivery::OnArrival => &mut self.on_arrival,
+        }
     }
 
     /// Whether any effect is outstanding.
@@ -428,6 +437,29 @@ mod tests {
         let (t2, _) = fx.issue(4, timer());
         fx.answer(t2, value(0));
         assert_eq!(fx.next().unwrap().id, t2);
+    }
+
+    #[test]
+    fn a_persons_answer_is_taken_when_it_comes() {
+        let mut fx = Effects::new(true);
+        let (ask, work) = fx.issue(1, Effect::Ask);
+        assert_eq!(work, Work::ToolCall);
+        let (tool, _) = fx.issue(
+            2,
+            Effect::Tool {
+                alias: "t".into(),
+                path: "p/x".into(),
+                args: serde_json::Value::Null,
+            },
+        );
+        fx.answer(tool, value(2));
+        assert_eq!(
+            fx.next().unwrap().id,
+            tool,
+            "the question holds nothing back"
+        );
+        fx.answer(ask, value(1));
+        assert_eq!(fx.next().unwrap().id, ask);
     }
 
     #[test]

@@ -109,6 +109,14 @@ impl Tasks {
         self.records.get(id).is_some_and(|r| !r.settled)
     }
 
+    /// A fanout took its arm's result.
+    pub(crate) fn mark_delivered(&mut self, id: &TaskId) {
+        if let Some(record) = self.records.get_mut(id) {
+            record.delivered = true;
+            record.settled = true;
+        }
+    }
+
     /// Record that a task ended (nothing else: the caller deals with its strand).
     pub(crate) fn mark_ended(&mut self, id: &TaskId, ending: TaskEnding) {
         if let Some(record) = self.records.get_mut(id) {
@@ -444,9 +452,14 @@ impl Run {
                     return Dispatch::Answer(lua_error("internal invariant violated: no chain"));
                 };
                 let limit = match payload.get("limit").and_then(Json::as_u64) {
-                    Some(n) => self
-                        .admission
-                        .set_limit(key, u32::try_from(n).unwrap_or(u32::MAX)),
+                    Some(n) => {
+                        let limit = self
+                            .admission
+                            .set_limit(key, u32::try_from(n).unwrap_or(u32::MAX));
+                        // A raised limit admits queued tasks at once.
+                        self.admit();
+                        limit
+                    }
                     None => self.admission.effective_limit(key),
                 };
                 Dispatch::Answer(Answer::Value(Json::from(limit)))
@@ -546,7 +559,7 @@ impl Run {
         Dispatch::Answer(Answer::Value(json!({"task": id.to_string()})))
     }
 
-    fn target_name(&self, start: &Start) -> Arc<str> {
+    pub(crate) fn target_name(&self, start: &Start) -> Arc<str> {
         self.prompt
             .section(start.section)
             .map_or_else(|| Arc::from(""), |x| Arc::from(x.name.as_str()))
@@ -573,13 +586,15 @@ impl Run {
                 Ok(id) => id,
                 Err(error) => return Dispatch::Answer(Answer::Error(error)),
             };
-            if self
-                .tasks
-                .records
-                .get(&id)
-                .is_some_and(|r| r.delivered && r.state == TaskState::Done)
-            {
-                return Dispatch::Answer(Answer::Error(consumed(&id)));
+            match self.tasks.records.get(&id).map(|r| (r.state, r.delivered)) {
+                Some((TaskState::Done, true)) => {
+                    return Dispatch::Answer(Answer::Error(consumed(&id)));
+                }
+                // An abandoned task's owner has ended: it never reaches a wait.
+                Some((TaskState::Abandoned, _)) => {
+                    return Dispatch::Answer(Answer::Error(not_owned(text)));
+                }
+                _ => {}
             }
             members.push(id);
         }
@@ -599,6 +614,14 @@ impl Run {
         } else if let Some(id) = members.iter().find(|id| ended(self, id)).cloned() {
             return Dispatch::Answer(Answer::Value(self.take_end(s.claims, &id)));
         }
+        // A zero timeout has already run out: nothing ended, so the wait is over at once.
+        if timeout == Some(0.0) {
+            return Dispatch::Answer(if all {
+                self.join_results(s.claims, &members, true)
+            } else {
+                Answer::Value(Json::Null)
+            });
+        }
         let timer = timeout.map(|seconds| self.timer(s, seconds));
         s.wait = Some(if all {
             TaskWait::Join { members, timer }
@@ -617,6 +640,8 @@ impl Run {
             return json!({"task": task, "ok": false, "error": not_owned(&task)});
         };
         if record.state != TaskState::Done {
+            // A cancelled task holds no result, but its delivery still orders what it did.
+            self.deliver_claims(waiter, id);
             return json!({"task": task, "ok": false, "error": cancelled(id)});
         }
         record.delivered = true;
@@ -956,9 +981,25 @@ impl Run {
                     let text = self.take_notices(s.claims, notices).join("\n");
                     return tool_text(text, true);
                 }
-                let running = entry.model_tasks.iter().any(|t| self.tasks.is_live(t));
-                if !running && seconds.is_none() {
+                let running: Vec<TaskId> = entry
+                    .model_tasks
+                    .iter()
+                    .filter(|t| self.tasks.is_live(t))
+                    .cloned()
+                    .collect();
+                if running.is_empty() && seconds.is_none() {
                     return tool_text("nothing to wait for", true);
+                }
+                // A zero timeout has already run out.
+                if seconds == Some(0.0) {
+                    return tool_text(
+                        if running.is_empty() {
+                            "slept 0 seconds".to_owned()
+                        } else {
+                            format!("timed out; tasks {} still running", join_ids(&running))
+                        },
+                        true,
+                    );
                 }
                 // A timed `await_tasks` that has to wait takes the owner's next child index.
                 if seconds.is_some()

@@ -679,12 +679,9 @@ impl Run {
         let Some(chain) = s.stack.pop() else {
             return Progress::Continue;
         };
-        let reason = if is_exhausted(&failure) {
-            AbandonReason::ToolLoopExhausted
-        } else {
-            AbandonReason::OwnerFailed
-        };
-        self.settle_chain(s, &chain, reason);
+        // The chain's tasks are abandoned because it failed; only the failing entry's model
+        // tasks (abandoned as the entry ended) are told the tool loop was exhausted.
+        self.settle_chain(s, &chain, AbandonReason::OwnerFailed);
         self.admission.remove_chain(chain.key);
         match s.top_mut().and_then(|c| c.entry.as_mut()) {
             Some(caller) => {
