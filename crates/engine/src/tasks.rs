@@ -469,7 +469,10 @@ impl Run {
                 Err(error) => refused(error),
             },
             "tasks.status" => match self.readable_by(s, task) {
-                Ok(id) => Dispatch::Answer(Answer::Value(self.status_table(&id, s, entry))),
+                Ok(id) => Dispatch::Answer(Answer::Value(
+                    self.status_view(&id, s, Some(entry))
+                        .map_or(Json::Null, |v| v.table()),
+                )),
                 Err(error) => refused(error),
             },
             "tasks.pending" => {
@@ -773,12 +776,16 @@ impl Run {
         );
     }
 
-    /// The status table of a task (`tasks.status`). `running` is the entry whose Lua is
-    /// asking (a task reading itself is running Lua, so it waits on nothing).
-    fn status_table(&self, id: &TaskId, current: &Strand, running: &Entry) -> Json {
-        let Some(record) = self.tasks.records.get(id) else {
-            return Json::Null;
-        };
+    /// A task's status, as `tasks.status` and `task_status` both read it. `asking` is the
+    /// entry whose Lua asks, when it may be the task itself (a task reading itself is
+    /// running Lua, so it waits on nothing and is in its own chain's section).
+    fn status_view(
+        &self,
+        id: &TaskId,
+        current: &Strand,
+        asking: Option<&Entry>,
+    ) -> Option<StatusView> {
+        let record = self.tasks.records.get(id)?;
         let strand = record.strand.and_then(|sid| {
             if sid == current.id {
                 Some(current)
@@ -786,46 +793,31 @@ impl Run {
                 self.strands.get(&sid).map(|b| &**b)
             }
         });
-        let mut table = serde_json::Map::new();
-        table.insert("target".into(), Json::from(&*record.target));
-        table.insert("origin".into(), Json::from(record.origin.as_str()));
-        table.insert("state".into(), Json::from(record.state.as_str()));
-        if let Some(ok) = record.ok {
-            table.insert("ok".into(), Json::Bool(ok));
-        }
         let (section, blocked) = match strand {
             Some(me) if me.id == current.id => {
-                let bottom = match me.stack.first().and_then(|c| c.entry.as_ref()) {
-                    Some(entry) => entry.name.clone(),
-                    None => running.name.clone(),
-                };
-                (Some(bottom), None)
+                let bottom = me
+                    .stack
+                    .first()
+                    .and_then(|c| c.entry.as_deref())
+                    .or(asking)
+                    .map(|e| e.name.clone());
+                (bottom, None)
             }
             Some(other) => activity(other),
             None => (None, None),
         };
-        if let Some(section) = section {
-            table.insert("section".into(), Json::String(section));
-        }
-        if let Some(blocked) = blocked {
-            table.insert("blocked".into(), Json::from(blocked));
-        }
-        table.insert(
-            "turns".into(),
-            Json::from(strand.map_or(record.turns, |s| s.turns)),
-        );
-        let live: Vec<Json> = strand
-            .map(|s| self.live_children(s))
-            .unwrap_or_default()
-            .iter()
-            .map(|t| Json::String(t.to_string()))
-            .collect();
-        table.insert("tasks".into(), Json::Array(live));
-        table.insert("depth".into(), Json::from(record.depth));
-        if let Some(note) = &record.note {
-            table.insert("note".into(), Json::String(note.clone()));
-        }
-        Json::Object(table)
+        Some(StatusView {
+            target: record.target.clone(),
+            origin: record.origin,
+            state: record.state,
+            ok: record.ok,
+            section,
+            blocked,
+            turns: strand.map_or(record.turns, |s| s.turns),
+            tasks: strand.map(|s| self.live_children(s)).unwrap_or_default(),
+            depth: record.depth,
+            note: record.note.clone(),
+        })
     }
 
     /// The live tasks a strand's chains started, in spawn order.
@@ -844,48 +836,6 @@ impl Run {
         ids.sort();
         ids.dedup();
         ids
-    }
-
-    /// One `task_status` line.
-    fn status_line(&self, id: &TaskId, current: &Strand) -> String {
-        let Some(record) = self.tasks.records.get(id) else {
-            return String::new();
-        };
-        let strand = record
-            .strand
-            .and_then(|sid| self.strands.get(&sid).map(|b| &**b));
-        let mut line = format!(
-            "Task id={id} (## {}): {}",
-            record.target,
-            record.state.as_str()
-        );
-        if record.state == TaskState::Done {
-            line.push_str(if record.ok == Some(true) {
-                ", ok"
-            } else {
-                ", failed"
-            });
-        }
-        let (section, blocked) = strand.map(activity).unwrap_or((None, None));
-        if let Some(section) = section {
-            line.push_str(&format!(", in ## {section}"));
-        }
-        if let Some(blocked) = blocked {
-            line.push_str(&format!(", waiting on {blocked}"));
-        }
-        line.push_str(&format!(
-            ", turns {}",
-            strand.map_or(record.turns, |s| s.turns)
-        ));
-        let live = strand.map(|s| self.live_children(s)).unwrap_or_default();
-        if !live.is_empty() {
-            line.push_str(&format!(", tasks {}", join_ids(&live)));
-        }
-        if let Some(note) = &record.note {
-            line.push_str(&format!(", note: {note}"));
-        }
-        let _ = current;
-        line
     }
 
     /// The model's task built-ins (`task`, `task_status`, `task_cancel`, `await_tasks`). Every
@@ -956,7 +906,11 @@ impl Run {
                     return tool_text(format!("{name}: no model task with id {id}"), false);
                 }
                 if name == "task_status" {
-                    return tool_text(self.status_line(&id, s), true);
+                    let line = self
+                        .status_view(&id, s, None)
+                        .map(|v| v.line(&id))
+                        .unwrap_or_default();
+                    return tool_text(line, true);
                 }
                 // The model's own cancel queues no notice: its confirmation says it all.
                 self.stop_task(&id, TaskEnding::Cancelled);
@@ -1013,6 +967,75 @@ impl Run {
             }
             other => tool_text(format!("{other}: not a task built-in"), false),
         }
+    }
+}
+
+/// Everything a status read reports about one task.
+#[derive(Debug)]
+struct StatusView {
+    target: Arc<str>,
+    origin: Origin,
+    state: TaskState,
+    ok: Option<bool>,
+    section: Option<String>,
+    blocked: Option<&'static str>,
+    turns: u32,
+    tasks: Vec<TaskId>,
+    depth: u32,
+    note: Option<String>,
+}
+
+impl StatusView {
+    /// The `tasks.status` table: nil fields are left out.
+    fn table(&self) -> Json {
+        let mut table = serde_json::Map::new();
+        table.insert("target".into(), Json::from(&*self.target));
+        table.insert("origin".into(), Json::from(self.origin.as_str()));
+        table.insert("state".into(), Json::from(self.state.as_str()));
+        if let Some(ok) = self.ok {
+            table.insert("ok".into(), Json::Bool(ok));
+        }
+        if let Some(section) = &self.section {
+            table.insert("section".into(), Json::from(section.as_str()));
+        }
+        if let Some(blocked) = self.blocked {
+            table.insert("blocked".into(), Json::from(blocked));
+        }
+        table.insert("turns".into(), Json::from(self.turns));
+        let tasks = self.tasks.iter().map(|t| Json::String(t.to_string()));
+        table.insert("tasks".into(), Json::Array(tasks.collect()));
+        table.insert("depth".into(), Json::from(self.depth));
+        if let Some(note) = &self.note {
+            table.insert("note".into(), Json::from(note.as_str()));
+        }
+        Json::Object(table)
+    }
+
+    /// The `task_status` line: `Task id={task} (## {target}): {state}[, ok | , failed]
+    /// [, in ## {section}][, waiting on {blocked}], turns {n}[, tasks {ids}][, note: {note}]`.
+    fn line(&self, id: &TaskId) -> String {
+        let mut line = format!("Task id={id} (## {}): {}", self.target, self.state.as_str());
+        if self.state == TaskState::Done {
+            line.push_str(if self.ok == Some(true) {
+                ", ok"
+            } else {
+                ", failed"
+            });
+        }
+        if let Some(section) = &self.section {
+            line.push_str(&format!(", in ## {section}"));
+        }
+        if let Some(blocked) = self.blocked {
+            line.push_str(&format!(", waiting on {blocked}"));
+        }
+        line.push_str(&format!(", turns {}", self.turns));
+        if !self.tasks.is_empty() {
+            line.push_str(&format!(", tasks {}", join_ids(&self.tasks)));
+        }
+        if let Some(note) = &self.note {
+            line.push_str(&format!(", note: {note}"));
+        }
+        line
     }
 }
 
