@@ -6,3 +6,4 @@
 
 pub mod model;
 pub mod store;
+pub mod web;
