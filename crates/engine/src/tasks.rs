@@ -104,6 +104,11 @@ impl Tasks {
             .is_some_and(|r| r.state == TaskState::Running)
     }
 
+    /// Which of `ids` are still running, in their order.
+    fn running(&self, ids: &[TaskId]) -> Vec<TaskId> {
+        ids.iter().filter(|t| self.is_live(t)).cloned().collect()
+    }
+
     /// Not yet waited on, cancelled or abandoned.
     fn is_pending(&self, id: &TaskId) -> bool {
         self.records.get(id).is_some_and(|r| !r.settled)
@@ -176,6 +181,16 @@ fn tasks_live(ids: &[TaskId]) -> ErrorValue {
 /// The text of a model built-in's result: `{text, ok}` (`ok` false for a refusal).
 fn tool_text(text: impl Into<String>, ok: bool) -> Dispatch {
     Dispatch::Answer(Answer::Value(json!({"text": text.into(), "ok": ok})))
+}
+
+/// The last line of an `await_tasks` whose timeout ran out: the model tasks still running, or,
+/// with none running, how long it slept.
+fn await_expired(running: &[TaskId], seconds: f64) -> String {
+    if running.is_empty() {
+        format!("slept {} seconds", render_seconds(seconds))
+    } else {
+        format!("timed out; tasks {} still running", join_ids(running))
+    }
 }
 
 /// A JSON number the way the model wrote it: integers plainly, fractions in their shortest
@@ -713,24 +728,15 @@ impl Run {
                     return;
                 };
                 let notices = std::mem::take(&mut entry.notices);
-                let running: Vec<TaskId> = entry
-                    .model_tasks
-                    .iter()
-                    .filter(|t| self.tasks.is_live(t))
-                    .cloned()
-                    .collect();
+                let running = self.tasks.running(&entry.model_tasks);
                 let mut lines = self.take_notices(claims, notices);
-                if running.is_empty() && lines.is_empty() {
-                    lines.push(format!(
-                        "slept {} seconds",
-                        render_seconds(seconds.unwrap_or(0.0))
-                    ));
-                } else if !running.is_empty() {
-                    lines.push(format!(
-                        "timed out; tasks {} still running",
-                        join_ids(&running)
-                    ));
+                if running.is_empty() && !lines.is_empty() {
+                    return self.wake(
+                        id,
+                        Answer::Value(json!({"text": lines.join("\n"), "ok": true})),
+                    );
                 }
+                lines.push(await_expired(&running, seconds.unwrap_or(0.0)));
                 Answer::Value(json!({"text": lines.join("\n"), "ok": true}))
             }
             Some(TaskWait::Fanout(_)) | None => return,
@@ -935,25 +941,13 @@ impl Run {
                     let text = self.take_notices(s.claims, notices).join("\n");
                     return tool_text(text, true);
                 }
-                let running: Vec<TaskId> = entry
-                    .model_tasks
-                    .iter()
-                    .filter(|t| self.tasks.is_live(t))
-                    .cloned()
-                    .collect();
+                let running = self.tasks.running(&entry.model_tasks);
                 if running.is_empty() && seconds.is_none() {
                     return tool_text("nothing to wait for", true);
                 }
                 // A zero timeout has already run out.
                 if seconds == Some(0.0) {
-                    return tool_text(
-                        if running.is_empty() {
-                            "slept 0 seconds".to_owned()
-                        } else {
-                            format!("timed out; tasks {} still running", join_ids(&running))
-                        },
-                        true,
-                    );
+                    return tool_text(await_expired(&running, 0.0), true);
                 }
                 // A timed `await_tasks` that has to wait takes the owner's next child index.
                 if seconds.is_some()
