@@ -277,13 +277,7 @@ impl Run {
             } else {
                 AbandonReason::OwnerAborted
             };
-            self.tasks.mark_ended(&id, TaskEnding::Abandoned(reason));
-            self.event(
-                &id,
-                EventKind::TaskEnded {
-                    ending: TaskEnding::Abandoned(reason),
-                },
-            );
+            self.record_ending(&id, TaskEnding::Abandoned(reason));
         }
         self.effects.withdraw_all();
         self.strands.clear();
@@ -521,8 +515,7 @@ impl Run {
         }
         let replied = delivered.work == Work::Chat
             && matches!(&delivered.answer, Answer::Value(v) if v.get("overflow").is_none());
-        entry.waiting = None;
-        entry.answer = Some(delivered.answer);
+        entry.answer_with(delivered.answer);
         if replied {
             strand.turns += 1;
         }
@@ -539,8 +532,7 @@ impl Run {
             self.effects.withdraw(timer);
         }
         if let Some(entry) = strand.top_mut().and_then(|c| c.entry.as_mut()) {
-            entry.waiting = None;
-            entry.answer = Some(answer);
+            entry.answer_with(answer);
         }
         if strand.slot == Slot::Lent {
             self.queue_for_slot(&mut strand);
@@ -581,10 +573,7 @@ impl Run {
                 let name = entry.name.clone();
                 self.teardown(&task, &name);
             }
-            self.abandon_owned(&chain.owned, AbandonReason::OwnerAborted);
-            if let Some(carried) = &chain.carried {
-                self.abandon_owned(&carried.0, AbandonReason::OwnerAborted);
-            }
+            self.abandon_owned(&chain.all_owned(), AbandonReason::OwnerAborted);
             self.admission.remove_chain(chain.key);
         }
     }

@@ -70,6 +70,14 @@ pub(crate) struct Entry {
     pub(crate) notices: Vec<Notice>,
 }
 
+impl Entry {
+    /// Hand the suspended call its answer: the entry runs again at the next advance.
+    pub(crate) fn answer_with(&mut self, answer: Answer) {
+        self.waiting = None;
+        self.answer = Some(answer);
+    }
+}
+
 /// One level of a walk: a list of sibling sections (the children of `parent`, or the top
 /// level) and the next one to enter.
 #[derive(Debug, Clone, Copy)]
@@ -114,6 +122,18 @@ pub(crate) struct Chain {
     pub(crate) owned: Vec<TaskId>,
     /// Model tasks and notices the H1 pass hands to the walk's next entry.
     pub(crate) carried: Option<Box<(Vec<TaskId>, Vec<Notice>)>>,
+}
+
+impl Chain {
+    /// Every task the chain owns: the ones it spawned (or its model started), then those the
+    /// H1 pass handed to it.
+    pub(crate) fn all_owned(&self) -> Vec<TaskId> {
+        let mut ids = self.owned.clone();
+        if let Some(carried) = &self.carried {
+            ids.extend(carried.0.iter().cloned());
+        }
+        ids
+    }
 }
 
 /// What a queued task needs to start its chain once it is admitted.

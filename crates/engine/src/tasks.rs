@@ -298,7 +298,7 @@ impl Run {
                 Err(failure),
             ),
         };
-        self.tasks.mark_ended(&id, ending);
+        self.record_ending(&id, ending);
         let Some(record) = self.tasks.records.get_mut(&id) else {
             return;
         };
@@ -313,7 +313,6 @@ impl Run {
             record.owner_strand,
             record.target.clone(),
         );
-        self.event(&id, EventKind::TaskEnded { ending });
         if let Some((fanout, index)) = fanout {
             self.arm_ended(fanout, index, arm);
             return;
@@ -353,11 +352,16 @@ impl Run {
         {
             record.turns = strand.turns;
         }
-        self.tasks.mark_ended(id, ending);
-        self.event(id, EventKind::TaskEnded { ending });
+        self.record_ending(id, ending);
         if let Some(strand) = strand {
             self.stop_strand(strand);
         }
+    }
+
+    /// Record how a task ended, in its record and as its one `TaskEnded` event.
+    pub(crate) fn record_ending(&mut self, id: &TaskId, ending: TaskEnding) {
+        self.tasks.mark_ended(id, ending);
+        self.event(id, EventKind::TaskEnded { ending });
     }
 
     /// Abandon every live task in `ids` for `reason`.
@@ -397,10 +401,7 @@ impl Run {
         chain: &Chain,
         reason: AbandonReason,
     ) -> Option<ErrorValue> {
-        let mut owned: Vec<TaskId> = chain.owned.clone();
-        if let Some(carried) = &chain.carried {
-            owned.extend(carried.0.iter().cloned());
-        }
+        let owned = chain.all_owned();
         let leaked: Vec<TaskId> = owned
             .iter()
             .filter(|id| {
@@ -831,13 +832,8 @@ impl Run {
         let mut ids: Vec<TaskId> = s
             .stack
             .iter()
-            .flat_map(|c| {
-                c.owned
-                    .iter()
-                    .chain(c.carried.iter().flat_map(|x| x.0.iter()))
-            })
+            .flat_map(Chain::all_owned)
             .filter(|id| self.tasks.is_pending(id))
-            .cloned()
             .collect();
         ids.sort();
         ids.dedup();

@@ -417,19 +417,10 @@ impl Run {
                         return Progress::Continue;
                     }
                     Err(message) => {
-                        let failure = internal_failure(message);
-                        return match entry.stage {
-                            Stage::Shared => self.shared_failed(s, entry, failure),
-                            Stage::Blocks => self.entry_failed(s, entry, failure, false),
-                        };
+                        return self.coroutine_failed(s, entry, internal_failure(message));
                     }
                 },
-                BlockStep::Failed(failure) => {
-                    return match entry.stage {
-                        Stage::Shared => self.shared_failed(s, entry, failure),
-                        Stage::Blocks => self.entry_failed(s, entry, failure, false),
-                    };
-                }
+                BlockStep::Failed(failure) => return self.coroutine_failed(s, entry, failure),
                 BlockStep::Finished(result) => {
                     entry.running = false;
                     if entry.stage == Stage::Shared {
@@ -479,6 +470,19 @@ impl Run {
                 label,
             },
         );
+    }
+
+    /// The entry's coroutine failed: the shared library load or a block, by its stage.
+    fn coroutine_failed(
+        &mut self,
+        s: &mut Strand,
+        entry: Box<Entry>,
+        failure: LuaFailure,
+    ) -> Progress {
+        match entry.stage {
+            Stage::Shared => self.shared_failed(s, entry, failure),
+            Stage::Blocks => self.entry_failed(s, entry, failure, false),
+        }
     }
 
     /// The shared library failed to load: `Lua` wherever it happens (H1 pass included).
@@ -644,13 +648,11 @@ impl Run {
         match (s.top_mut().and_then(|c| c.entry.as_mut()), outcome) {
             // A called chain's result is what `call` returns ('' when it ran off its walk).
             (Some(caller), Ok(result)) => {
-                caller.waiting = None;
-                caller.answer = Some(Answer::Value(Json::String(result.unwrap_or_default())));
+                caller.answer_with(Answer::Value(Json::String(result.unwrap_or_default())));
                 Progress::Continue
             }
             (Some(caller), Err(error)) => {
-                caller.waiting = None;
-                caller.answer = Some(Answer::Error(error));
+                caller.answer_with(Answer::Error(error));
                 Progress::Continue
             }
             (None, Ok(result)) => Progress::Ended(StrandEnd::Returned(result)),
@@ -685,8 +687,7 @@ impl Run {
         self.admission.remove_chain(chain.key);
         match s.top_mut().and_then(|c| c.entry.as_mut()) {
             Some(caller) => {
-                caller.waiting = None;
-                caller.answer = Some(Answer::Error(error_value_of(&failure)));
+                caller.answer_with(Answer::Error(error_value_of(&failure)));
                 Progress::Continue
             }
             None => Progress::Ended(StrandEnd::Failed {
