@@ -20,6 +20,7 @@ use promptforge_harness::model::{
     ModelDescription, ModelError, ModelProvider, reply_answer, round_request,
 };
 use promptforge_harness::store::Store;
+use promptforge_harness::web::WebPlugin;
 use serde_json::{Value as Json, json};
 use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender, unbounded_channel};
 use tokio::task::AbortHandle;
@@ -81,6 +82,7 @@ enum AskShape {
 #[derive(Debug)]
 pub struct Host {
     model: Option<CurrentModel>,
+    web: Option<Arc<WebPlugin>>,
     operator: Operator,
     store: Store,
     cancel: Arc<AtomicBool>,
@@ -123,6 +125,7 @@ impl Host {
     /// channel.
     pub fn new(
         model: Option<CurrentModel>,
+        web: Option<Arc<WebPlugin>>,
         store: Store,
         operator: Operator,
         cancel: Arc<AtomicBool>,
@@ -135,6 +138,7 @@ impl Host {
             .map_err(|e| format!("cannot start the async runtime: {e}"))?;
         Ok(Host {
             model,
+            web,
             operator,
             store,
             cancel,
@@ -232,10 +236,11 @@ impl Host {
                 )
             }
             Effect::Ask => self.ask(id, AskShape::Ask),
-            Effect::Tool { alias, path, .. } => {
-                // The Host's only Plugin tool is the operator's ask tool.
+            Effect::Tool { alias, path, args } => {
                 if path == ASK_TOOL_PATH {
                     self.ask(id, AskShape::Tool)
+                } else if let Some(web) = self.web.clone().filter(|_| WebPlugin::owns(&path)) {
+                    self.web_call(id, web, path, args)
                 } else {
                     Started::Now(tool_failure(&format!(
                         "this Host has no tool at {path} (alias {alias})"
@@ -265,6 +270,27 @@ impl Host {
                 Started::Later
             }
         }
+    }
+
+    /// A web tool call: run to its end on the spot over a network that never waits (the
+    /// scripted one, so calls bind their answers in issue order), else as a task.
+    fn web_call(&self, id: EffectId, web: Arc<WebPlugin>, path: String, args: Json) -> Started {
+        let answer = |result: Result<String, promptforge_harness::web::ToolFailure>| match result {
+            Ok(text) => Answer::Value(Json::String(text)),
+            Err(failure) => tool_failure(&failure.message),
+        };
+        if web.is_immediate() {
+            return Started::Now(answer(self.runtime.block_on(web.call(&path, &args))));
+        }
+        let tx = self.tx.clone();
+        Started::Task(
+            self.runtime
+                .spawn(async move {
+                    let result = web.call(&path, &args).await;
+                    let _ = tx.send(HostMessage::Answer(id, answer(result)));
+                })
+                .abort_handle(),
+        )
     }
 
     /// A model round: answered at once by a provider that needs no I/O (the scripted model,

@@ -16,6 +16,7 @@ use promptforge_engine::store_path::{StoreAnswer, StoreOp};
 use promptforge_engine::{Event, Outcome, Run, RunContext, RunError, RunErrorKind};
 use promptforge_harness::model::{Catalog, Environment, ScriptedModel};
 use promptforge_harness::store::{Store, collect_output_file, place_input_file};
+use promptforge_harness::web::{RealNetwork, ScriptedNetwork, WebPlugin};
 
 use crate::host::{CurrentModel, Host, HostMessage, Operator, channel};
 use promptforge_engine::run::USER_INPUT_PLUGIN;
@@ -44,6 +45,10 @@ pub struct RunArgs {
     /// The run's start instant, RFC 3339 (`sys.when`); default: now.
     #[arg(long, value_name = "RFC3339")]
     when: Option<String>,
+    /// Register the web Plugin over a scripted network and search backend (the conformance
+    /// `--web-script` format) instead of the real network.
+    #[arg(long, value_name = "FILE")]
+    web_script: Option<PathBuf>,
     /// Answer every model round from a scripted model file.
     #[arg(long, value_name = "FILE", conflicts_with = "model")]
     script: Option<PathBuf>,
@@ -196,6 +201,25 @@ fn current_model(args: &RunArgs) -> Result<Option<CurrentModel>, String> {
         description: resolved.description,
         provider: resolved.provider,
     }))
+}
+
+/// The web Plugin: over the scripted network of `--web-script`, else over the real network with
+/// the search backend of the config's `[search]` table (none: the Plugin reports the missing
+/// search provider to a prompt that declares it).
+fn web_plugin(args: &RunArgs) -> Result<WebPlugin, String> {
+    if let Some(path) = &args.web_script {
+        let network = ScriptedNetwork::load(path)
+            .map_err(|e| format!("--web-script {}: {e}", path.display()))?;
+        let search = network.search_backend();
+        return Ok(WebPlugin::new(Arc::new(network), search));
+    }
+    let cwd =
+        std::env::current_dir().map_err(|e| format!("cannot read the working directory: {e}"))?;
+    let catalog = Catalog::load_standard(&cwd).map_err(|e| e.to_string())?;
+    let search = catalog
+        .search_backend(&Environment::Process)
+        .map_err(|e| e.to_string())?;
+    Ok(WebPlugin::new(Arc::new(RealNetwork::new()?), search))
 }
 
 /// Show an event on stderr: every event as a JSON line with `--events`; otherwise the
@@ -357,8 +381,17 @@ fn execute(
             )
         }),
     });
+    let web = web_plugin(args)?;
+    ctx.host.plugins.push(web.info());
     let output = prompt.frontmatter.output.clone();
-    let mut host = Host::new(model, store, operator, ctx.cancel.clone(), messages)?;
+    let mut host = Host::new(
+        model,
+        Some(Arc::new(web)),
+        store,
+        operator,
+        ctx.cancel.clone(),
+        messages,
+    )?;
     let mut run = Run::new(Arc::new(prompt), ctx);
     let (events, json) = (args.events, args.json);
     let outcome = host.drive(&mut run, &mut |event| show_event(event, events, json));

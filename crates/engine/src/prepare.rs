@@ -62,6 +62,9 @@ pub struct ToolInfo {
     pub description: String,
     /// The JSON Schema of its arguments (an object schema), as JSON text.
     pub parameters: String,
+    /// Its output is untrusted (chapter 12): every result, and every failure text a model
+    /// reads, arrives in the untrusted envelope.
+    pub untrusted: bool,
 }
 
 impl ToolInfo {
@@ -71,6 +74,7 @@ impl ToolInfo {
             name: name.to_owned(),
             description: description.to_owned(),
             parameters: r#"{"type":"object","properties":{}}"#.to_owned(),
+            untrusted: false,
         }
     }
 }

@@ -315,6 +315,7 @@ impl Run {
                 description: tool.description,
                 parameters: serde_json::from_str(&tool.parameters)
                     .unwrap_or_else(|_| serde_json::json!({"type": "object", "properties": {}})),
+                untrusted: tool.untrusted,
             })
             .collect();
         self.input_plugin = self.find_input_plugin();

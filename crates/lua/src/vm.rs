@@ -147,6 +147,8 @@ pub struct BoundTool {
     pub description: String,
     /// The JSON Schema of its arguments (an object schema).
     pub parameters: Json,
+    /// Its output arrives in the untrusted envelope.
+    pub untrusted: bool,
 }
 
 /// A suspending call's request: the operation name and its payload (JSON data), as the shim
@@ -438,6 +440,7 @@ impl SectionVm {
                 )?;
                 t.raw_set("description", tool.description.as_str())?;
                 t.raw_set("parameters", json::from_json(&lua, &tool.parameters)?)?;
+                t.raw_set("untrusted", tool.untrusted)?;
                 bound.raw_set(i + 1, t)?;
             }
             cfg_table.raw_set("bound_tools", bound)?;

@@ -124,6 +124,23 @@ struct ConfigFile {
     default: Option<String>,
     #[serde(default)]
     models: BTreeMap<String, ModelEntry>,
+    search: Option<SearchEntry>,
+}
+
+/// The `[search]` table: the search backend behind the web Plugin's search tool (see
+/// `docs/web.md`). Like a model entry, it names the environment variable holding its key.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct SearchEntry {
+    /// `brave`, `searxng`, `tavily` or `gateway`.
+    pub provider: String,
+    /// The endpoint (default: the provider's own; required for `searxng`).
+    pub base_url: Option<String>,
+    /// The name of the variable holding the key ("" for none).
+    pub api_key_env: Option<String>,
+    /// The file the table came from.
+    #[serde(skip)]
+    pub source: Option<PathBuf>,
 }
 
 /// A catalog failure: a setup problem the Host reports before any run starts.
@@ -333,6 +350,7 @@ impl ResolvedModel {
 pub struct Catalog {
     entries: BTreeMap<String, ModelEntry>,
     default: Option<String>,
+    search: Option<SearchEntry>,
     searched: Vec<PathBuf>,
     limits: ModelLimits,
 }
@@ -420,6 +438,10 @@ impl Catalog {
         if let Some(default) = file.default {
             self.default = Some(default);
         }
+        if let Some(mut search) = file.search {
+            search.source = Some(origin.to_path_buf());
+            self.search = Some(search);
+        }
         self.searched.push(origin.to_path_buf());
         Ok(self)
     }
@@ -428,6 +450,78 @@ impl Catalog {
     pub fn with_limits(mut self, limits: ModelLimits) -> Self {
         self.limits = limits;
         self
+    }
+
+    /// The search backend the `[search]` table configures, if any, with its key read from
+    /// the environment. A table that cannot be used is an error naming what to set.
+    pub fn search_backend(
+        &self,
+        env: &Environment,
+    ) -> Result<Option<crate::web::SearchBackend>, CatalogError> {
+        use crate::web::SearchBackend;
+        let Some(entry) = &self.search else {
+            return Ok(None);
+        };
+        let fail = |message: String| CatalogError::InvalidEntry {
+            id: "[search]".to_owned(),
+            file: entry.source.clone(),
+            message,
+        };
+        let (default_url, default_key) = match entry.provider.as_str() {
+            "brave" => (
+                Some("https://api.search.brave.com/res/v1/web/search".to_owned()),
+                "BRAVE_SEARCH_API_KEY",
+            ),
+            "tavily" => (
+                Some("https://api.tavily.com/search".to_owned()),
+                "TAVILY_API_KEY",
+            ),
+            "searxng" => (None, ""),
+            "gateway" => (
+                env.get("PROMPTFORGE_GATEWAY_URL")?
+                    .map(|base| format!("{}/search", base.trim_end_matches('/'))),
+                "PROMPTFORGE_GATEWAY_API_KEY",
+            ),
+            other => {
+                return Err(fail(format!(
+                    "unknown search provider `{other}`: set `provider` to one of: brave, searxng, tavily, gateway"
+                )));
+            }
+        };
+        let url_text = entry.base_url.clone().or(default_url).ok_or_else(|| {
+            fail(format!(
+                "set `base_url` to the {} search endpoint (for SearXNG, the instance's /search URL)",
+                entry.provider
+            ))
+        })?;
+        let url = Url::parse(&url_text)
+            .map_err(|e| fail(format!("`base_url` {url_text:?} is not a URL: {e}")))?;
+        let key_env = entry.api_key_env.as_deref().unwrap_or(default_key);
+        let key = if key_env.is_empty() {
+            None
+        } else {
+            env.get(key_env)?
+        };
+        let need_key = |key: Option<String>| {
+            key.ok_or_else(|| {
+                fail(format!(
+                    "the {} search key is not set: export {key_env}",
+                    entry.provider
+                ))
+            })
+        };
+        Ok(Some(match entry.provider.as_str() {
+            "brave" => SearchBackend::Brave {
+                url,
+                key: need_key(key)?,
+            },
+            "tavily" => SearchBackend::Tavily {
+                url,
+                key: need_key(key)?,
+            },
+            "searxng" => SearchBackend::Searxng { url },
+            _ => SearchBackend::Gateway { url, key },
+        }))
     }
 
     /// The config's `default` model id, if one is set.

@@ -37,7 +37,7 @@ pub use error::{ModelError, OversizeKind, classify_http_failure, is_context_over
 pub use openai::{MaxTokensField, OpenAiOptions, OpenAiProvider, OpenAiThinking};
 pub use provider::{IgnoreFragments, ModelFuture, ModelLimits, ModelProvider, ReplyObserver};
 pub use round::{reply_answer, round_request};
-pub use scripted::{Script, ScriptEntry, ScriptError, ScriptedModel, ScriptedReply};
+pub use scripted::{Condition, Script, ScriptEntry, ScriptError, ScriptedModel, ScriptedReply};
 pub use types::{
     ChatRequest, Content, ContentPart, FinishReason, ImageUrl, Message, ModelDescription,
     ProviderKind, ReasoningBlock, Reply, ThinkingCapability, ThinkingSwitch, ToolCall, ToolSpec,

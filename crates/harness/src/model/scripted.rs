@@ -9,6 +9,7 @@
 //!     "a plain text reply",
 //!     {"text": "optional text", "tool_calls": [{"id": "call_1", "name": "search", "arguments": {"q": "x"}}]},
 //!     {"when": "substring", "text": "reply for the first round whose last user message contains it"},
+//!     {"when_tool": "substring", "text": "reply for the first round whose latest tool result contains it"},
 //!     {"echo": true},
 //!     {"fail": "status", "status": 503},
 //!     {"fail": "overflow"},
@@ -17,10 +18,12 @@
 //! }
 //! ```
 //!
-//! How a round picks its reply: first the earliest unused entry with a `when` whose text the
-//! round's last user message contains (text parts joined); otherwise the earliest unused entry
-//! without `when`. Entries with `when` are kept for their round and never answer in order. A
-//! round that finds nothing fails like a provider whose reply cannot be understood.
+//! How a round picks its reply: first the earliest unused entry with a condition the round
+//! meets: `when`, a text the round's last user message contains (text parts joined), or
+//! `when_tool`, a text the round's latest tool result (its last `tool` record) contains;
+//! otherwise the earliest unused entry without a condition. Entries with a condition are kept
+//! for their round and never answer in order. A round that finds nothing fails like a
+//! provider whose reply cannot be understood.
 //!
 //! Reply forms: a string is a text reply with finish reason `stop`; an object may hold `text`
 //! (default empty), `tool_calls` (each `{id, name, arguments}`, `arguments` optional and passed
@@ -30,7 +33,8 @@
 //! `{echo: true}` replies with the round's last user message; `{fail: "status", status: N}`
 //! fails as a provider answering HTTP status N (300 to 599) with an empty body would;
 //! `{fail: "overflow"}` fails as a provider rejecting the request as too long for its context
-//! window (status 400). Every object may also hold `when`. Other keys are errors.
+//! window (status 400). Every object may also hold one of `when` and `when_tool`. Other keys
+//! are errors.
 //!
 //! `model` is optional (without it the Host has no current model); it needs `id`, and takes
 //! `context` (default 128000), `thinking` (`Never`, `Always` or `Switchable`, default
@@ -77,11 +81,33 @@ pub enum ScriptedReply {
     Overflow,
 }
 
+/// The round a conditional entry is kept for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Condition {
+    /// `when`: the first round whose last user message contains this text.
+    User(String),
+    /// `when_tool`: the first round whose latest tool result contains this text.
+    Tool(String),
+}
+
+impl Condition {
+    fn holds(&self, request: &ChatRequest) -> bool {
+        match self {
+            Condition::User(text) => request
+                .last_user_text()
+                .is_some_and(|u| u.contains(text.as_str())),
+            Condition::Tool(text) => request
+                .last_tool_text()
+                .is_some_and(|t| t.contains(text.as_str())),
+        }
+    }
+}
+
 /// One entry of `replies`.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ScriptEntry {
-    /// Kept for the first round whose last user message contains this text.
-    pub when: Option<String>,
+    /// Kept for the first round that meets it (`when` or `when_tool`).
+    pub when: Option<Condition>,
     /// What the entry answers.
     pub reply: ScriptedReply,
 }
@@ -250,11 +276,23 @@ fn parse_entry(value: &Value, n: usize) -> Result<ScriptEntry, ScriptError> {
             )));
         }
     };
-    let when = string_field(fields, "when", &at)?;
+    let when = match (
+        string_field(fields, "when", &at)?,
+        string_field(fields, "when_tool", &at)?,
+    ) {
+        (Some(_), Some(_)) => {
+            return Err(ScriptError::new(format!(
+                "{at}: give `when` or `when_tool`, not both"
+            )));
+        }
+        (Some(text), None) => Some(Condition::User(text)),
+        (None, Some(text)) => Some(Condition::Tool(text)),
+        (None, None) => None,
+    };
     if let Some(fail) = fields.get("fail") {
         let reply = match fail.as_str() {
             Some("status") => {
-                check_keys(fields, &["when", "fail", "status"], &at)?;
+                check_keys(fields, &["when", "when_tool", "fail", "status"], &at)?;
                 let status = fields
                     .get("status")
                     .and_then(Value::as_u64)
@@ -268,7 +306,7 @@ fn parse_entry(value: &Value, n: usize) -> Result<ScriptEntry, ScriptError> {
                 ScriptedReply::Status(status)
             }
             Some("overflow") => {
-                check_keys(fields, &["when", "fail"], &at)?;
+                check_keys(fields, &["when", "when_tool", "fail"], &at)?;
                 ScriptedReply::Overflow
             }
             _ => {
@@ -280,7 +318,7 @@ fn parse_entry(value: &Value, n: usize) -> Result<ScriptEntry, ScriptError> {
         return Ok(ScriptEntry { when, reply });
     }
     if let Some(echo) = fields.get("echo") {
-        check_keys(fields, &["when", "echo"], &at)?;
+        check_keys(fields, &["when", "when_tool", "echo"], &at)?;
         if echo != &Value::Bool(true) {
             return Err(ScriptError::new(format!(
                 "{at}: `echo` must be true, got {echo}"
@@ -293,7 +331,14 @@ fn parse_entry(value: &Value, n: usize) -> Result<ScriptEntry, ScriptError> {
     }
     check_keys(
         fields,
-        &["when", "text", "tool_calls", "finish_reason", "usage"],
+        &[
+            "when",
+            "when_tool",
+            "text",
+            "tool_calls",
+            "finish_reason",
+            "usage",
+        ],
         &at,
     )?;
     if !fields.contains_key("text") && !fields.contains_key("tool_calls") {
@@ -460,11 +505,7 @@ impl ScriptedModel {
         let round = state.rounds;
         state.requests.push(request.clone());
         let by_when = state.entries.iter().position(|(entry, used)| {
-            !used
-                && entry
-                    .when
-                    .as_ref()
-                    .is_some_and(|w| last_user.as_ref().is_some_and(|u| u.contains(w.as_str())))
+            !used && entry.when.as_ref().is_some_and(|c| c.holds(request))
         });
         let pick = by_when.or_else(|| {
             state

@@ -60,6 +60,14 @@ impl ChatRequest {
             _ => None,
         })
     }
+
+    /// The text of the last `tool` record, if any.
+    pub fn last_tool_text(&self) -> Option<String> {
+        self.messages.iter().rev().find_map(|m| match m {
+            Message::Tool { content, .. } => Some(content.text()),
+            _ => None,
+        })
+    }
 }
 
 /// A role's thinking switch (chapter 10, "Keywords and the thinking switch").

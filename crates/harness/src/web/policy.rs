@@ -9,12 +9,104 @@
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::sync::OnceLock;
+use std::time::Duration;
 
 use ipnet::{Ipv4Net, Ipv6Net};
 use url::{Host, Url};
 
 /// The most redirect hops one fetch follows.
 pub const MAX_REDIRECTS: usize = 5;
+
+/// The fetch policy's limits (chapter 13, "The fetch policy"). The Harness sets them and a
+/// prompt cannot change them; per-call arguments can only ask for less. The address and URL
+/// rules are fixed and live in the functions of this module.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FetchPolicy {
+    /// The body byte cap, counted after decompression.
+    pub body_cap: usize,
+    /// The most characters one fetch returns (the `max_chars` maximum).
+    pub max_chars: usize,
+    /// The connect limit, for each request (redirects included).
+    pub connect_timeout: Duration,
+    /// The whole-request limit: one fetch, its redirects included.
+    pub total_timeout: Duration,
+    /// The `User-Agent` header.
+    pub user_agent: String,
+    /// Test builds only: let the tool reach test servers on the loopback interface.
+    #[cfg(test)]
+    pub(crate) loopback: Option<LoopbackPermission>,
+}
+
+impl Default for FetchPolicy {
+    fn default() -> Self {
+        FetchPolicy {
+            body_cap: 8 * 1024 * 1024,
+            max_chars: 40_000,
+            connect_timeout: Duration::from_secs(5),
+            total_timeout: Duration::from_secs(20),
+            user_agent: "harness-webfetch/0.0".to_owned(),
+            #[cfg(test)]
+            loopback: None,
+        }
+    }
+}
+
+/// A permission that exists only in test builds: URLs on `http` and on `port` pass admission,
+/// and the listed loopback addresses pass the address check, so tests can run real servers on
+/// 127.0.0.1. No release build can construct it.
+#[cfg(test)]
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct LoopbackPermission {
+    pub(crate) port: u16,
+    pub(crate) addresses: Vec<IpAddr>,
+}
+
+impl FetchPolicy {
+    /// Run the URL admission rules under this policy (see [`admit`]).
+    pub fn admit(&self, url: &str) -> Result<Url, Refusal> {
+        #[cfg(test)]
+        if let Some(permission) = &self.loopback {
+            if let Ok(mut parsed) = Url::parse(url) {
+                if parsed.scheme() == "http" && parsed.port() == Some(permission.port) {
+                    parsed.set_fragment(None);
+                    return Ok(parsed);
+                }
+            }
+        }
+        admit(url)
+    }
+
+    /// Check one redirect hop under this policy (see [`check_redirect`]).
+    pub fn check_redirect(&self, from: &Url, location: &str, hop: usize) -> Result<Url, String> {
+        #[cfg(test)]
+        if let Some(permission) = &self.loopback {
+            if let Ok(mut target) = from.join(location) {
+                if hop <= MAX_REDIRECTS
+                    && target.scheme() == "http"
+                    && target.port() == Some(permission.port)
+                {
+                    target.set_fragment(None);
+                    return Ok(target);
+                }
+            }
+        }
+        check_redirect(from, location, hop)
+    }
+
+    /// The addresses of a lookup a fetch may connect to (see [`allowed_addresses`]).
+    pub fn allowed_addresses(&self, addresses: &[IpAddr]) -> Option<Vec<IpAddr>> {
+        #[cfg(test)]
+        if let Some(permission) = &self.loopback {
+            let allowed: Vec<IpAddr> = addresses
+                .iter()
+                .copied()
+                .filter(|a| !is_blocked(*a) || permission.addresses.contains(a))
+                .collect();
+            return (!allowed.is_empty()).then_some(allowed);
+        }
+        allowed_addresses(addresses)
+    }
+}
 
 /// Why the URL admission rules refuse a URL, in the order they are checked.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -230,10 +230,23 @@ local function run_handler(l, args)
   return text
 end
 
--- A bound tool's call: Harness work. Its own failure is a `tool` error value.
+-- A bound tool's call: Harness work. Its own failure is a `tool` error value; an untrusted
+-- tool's output comes back in the untrusted envelope.
 local function call_bound(alias, args)
   local b = bound[alias]
-  return suspend('tool.call', { alias = alias, path = b.path, args = args })
+  local result = suspend('tool.call', { alias = alias, path = b.path, args = args })
+  if b.untrusted then return host('untrusted', result) end
+  return result
+end
+
+-- The tool's own failure text inside a `tool` error value's message.
+local function failure_text(err)
+  local message = tostring(err)
+  if type(err) == 'table' and err.kind == 'tool' then
+    local text = string_match(message, '^tool call failure: (.*)$')
+    if text then return text end
+  end
+  return message
 end
 
 local M = {}
@@ -253,7 +266,7 @@ M.answer_call = function(name, args)
   local ok, result = pcall(call_bound, name, args)
   if ok then return result end
   if P.control_pending() then error(result, 0) end
-  return host('untrusted', tostring(result))
+  return host('untrusted', failure_text(result))
 end
 
 -- The out_of_scope_tool failure for a name the round did not offer.
