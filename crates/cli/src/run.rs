@@ -203,9 +203,11 @@ fn current_model(args: &RunArgs) -> Result<Option<CurrentModel>, String> {
     }))
 }
 
-/// The web Plugin: over the scripted network of `--web-script`, else over the real network with
-/// the search backend of the config's `[search]` table (none: the Plugin reports the missing
-/// search provider to a prompt that declares it).
+/// The web Plugin: over the scripted network of `--web-script` (a script that cannot be read
+/// is a usage error), else over the real network with the search backend of the config's
+/// `[search]` table. Without a backend the Plugin reports the missing search provider, and a
+/// setup problem (a bad `[search]` table, a key not set) its own line, each only to a prompt
+/// that declares the Plugin.
 fn web_plugin(args: &RunArgs) -> Result<WebPlugin, String> {
     if let Some(path) = &args.web_script {
         let network = ScriptedNetwork::load(path)
@@ -213,13 +215,16 @@ fn web_plugin(args: &RunArgs) -> Result<WebPlugin, String> {
         let search = network.search_backend();
         return Ok(WebPlugin::new(Arc::new(network), search));
     }
-    let cwd =
-        std::env::current_dir().map_err(|e| format!("cannot read the working directory: {e}"))?;
-    let catalog = Catalog::load_standard(&cwd).map_err(|e| e.to_string())?;
-    let search = catalog
-        .search_backend(&Environment::Process)
-        .map_err(|e| e.to_string())?;
-    Ok(WebPlugin::new(Arc::new(RealNetwork::new()?), search))
+    let real = || -> Result<WebPlugin, String> {
+        let cwd = std::env::current_dir()
+            .map_err(|e| format!("cannot read the working directory: {e}"))?;
+        let catalog = Catalog::load_standard(&cwd).map_err(|e| e.to_string())?;
+        let search = catalog
+            .search_backend(&Environment::Process)
+            .map_err(|e| e.to_string())?;
+        Ok(WebPlugin::new(Arc::new(RealNetwork::new()?), search))
+    };
+    Ok(real().unwrap_or_else(WebPlugin::unavailable))
 }
 
 /// Show an event on stderr: every event as a JSON line with `--events`; otherwise the

@@ -137,8 +137,10 @@ pub fn requirements_notice(fm: &Frontmatter, host: &HostState) -> Option<String>
         }
     }
 
-    // Activation, in declaration order.
+    // Activation, in declaration order. A Plugin that fails to activate is reported by its
+    // own line instead of as missing (its slots included).
     let mut active: BTreeSet<&str> = BTreeSet::new();
+    let mut failed: BTreeSet<&str> = BTreeSet::new();
     for decl in &fm.plugins {
         match find(&decl.id) {
             None => {
@@ -150,6 +152,7 @@ pub fn requirements_notice(fm: &Frontmatter, host: &HostState) -> Option<String>
                 if let Some(failure) = &plugin.activation_failure {
                     if !decl.optional {
                         other_activation.push(failure.clone());
+                        failed.insert(plugin.id.as_str());
                     }
                 } else if !in_conflict.contains(decl.id.as_str()) {
                     active.insert(plugin.id.as_str());
@@ -164,7 +167,7 @@ pub fn requirements_notice(fm: &Frontmatter, host: &HostState) -> Option<String>
     for slot in slots {
         let id = slot.plugin_id();
         let contributed = active.contains(id) && find(id).is_some_and(|p| !p.tools.is_empty());
-        if !contributed && !missing.iter().any(|m| m == id) {
+        if !contributed && !failed.contains(id) && !missing.iter().any(|m| m == id) {
             missing.push(id.to_owned());
         }
     }

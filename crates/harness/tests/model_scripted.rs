@@ -6,8 +6,8 @@
 use std::sync::{Arc, Mutex};
 
 use promptforge_harness::model::{
-    ChatRequest, Content, ContentPart, FinishReason, Message, ModelDescription, ModelError,
-    ModelProvider, ProviderKind, ReplyObserver, Script, ScriptedModel, ScriptedReply,
+    ChatRequest, Condition, Content, ContentPart, FinishReason, Message, ModelDescription,
+    ModelError, ModelProvider, ProviderKind, ReplyObserver, Script, ScriptedModel, ScriptedReply,
     ThinkingCapability, ToolCall, Usage,
 };
 use serde_json::json;
@@ -51,7 +51,10 @@ fn the_readme_example_parses() {
         })
     );
     assert_eq!(script.replies.len(), 7);
-    assert_eq!(script.replies[2].when.as_deref(), Some("substring"));
+    assert_eq!(
+        script.replies[2].when,
+        Some(Condition::User("substring".into()))
+    );
     assert_eq!(script.replies[3].reply, ScriptedReply::Echo);
     assert_eq!(script.replies[4].reply, ScriptedReply::Status(503));
     assert_eq!(script.replies[5].reply, ScriptedReply::Overflow);
@@ -163,6 +166,53 @@ async fn a_matching_when_entry_wins_over_earlier_plain_entries() {
     assert_eq!(
         m.complete(&ask("a special round")).await.unwrap().text,
         "plain"
+    );
+}
+
+#[tokio::test]
+async fn when_tool_entries_wait_for_a_round_whose_latest_tool_result_matches() {
+    let m = model(json!([
+        "plain",
+        {"when_tool": "illustrative", "text": "saw the page"}
+    ]));
+    let with_tool = |result: &str| {
+        ChatRequest::new(
+            "scripted",
+            vec![
+                Message::user("fetch it, illustrative please"),
+                Message::Assistant {
+                    content: Content::Text(String::new()),
+                    tool_calls: vec![ToolCall {
+                        id: "call_1".into(),
+                        name: "fetch".into(),
+                        arguments: json!({}),
+                    }],
+                    reasoning: Vec::new(),
+                },
+                Message::Tool {
+                    tool_call_id: "call_1".into(),
+                    content: Content::Text(result.into()),
+                },
+            ],
+        )
+    };
+    // A user message with the text does not count: only the latest tool record does.
+    assert_eq!(
+        m.complete(&ask("illustrative")).await.unwrap().text,
+        "plain"
+    );
+    assert_eq!(
+        m.complete(&with_tool("an illustrative page"))
+            .await
+            .unwrap()
+            .text,
+        "saw the page"
+    );
+    assert!(
+        Script::parse(r#"{"replies": [{"when": "a", "when_tool": "b", "text": "x"}]}"#)
+            .unwrap_err()
+            .to_string()
+            .contains("give `when` or `when_tool`, not both")
     );
 }
 
@@ -336,7 +386,7 @@ fn parse_errors_are_clear() {
     );
     assert_eq!(
         err(r#"{"replies": ["ok", {"txt": "typo"}]}"#),
-        "replies[2]: unknown key `txt`; expected one of: when, text, tool_calls, finish_reason, usage"
+        "replies[2]: unknown key `txt`; expected one of: when, when_tool, text, tool_calls, finish_reason, usage"
     );
     assert_eq!(
         err(r#"{"replies": [{"fail": "timeout"}]}"#),

@@ -191,6 +191,14 @@ pub enum CatalogError {
         /// What it is for (absent for the gateway variables, whose message the spec fixes).
         purpose: Option<String>,
     },
+    /// The `[search]` table cannot be used.
+    #[error("the [search] table{}: {message}", origin(.file))]
+    InvalidSearch {
+        /// The file it came from.
+        file: Option<PathBuf>,
+        /// What is wrong and what to set.
+        message: String,
+    },
     /// An environment variable holds something other than Unicode text.
     #[error("environment variable is set but not valid Unicode: {name}")]
     NotUnicode {
@@ -462,8 +470,7 @@ impl Catalog {
         let Some(entry) = &self.search else {
             return Ok(None);
         };
-        let fail = |message: String| CatalogError::InvalidEntry {
-            id: "[search]".to_owned(),
+        let fail = |message: String| CatalogError::InvalidSearch {
             file: entry.source.clone(),
             message,
         };
@@ -510,6 +517,19 @@ impl Catalog {
                 ))
             })
         };
+        // A key never travels in cleartext, except to a server on this machine.
+        let loopback = match url.host() {
+            Some(url::Host::Domain(d)) => d.eq_ignore_ascii_case("localhost"),
+            Some(url::Host::Ipv4(a)) => a.is_loopback(),
+            Some(url::Host::Ipv6(a)) => a.is_loopback(),
+            None => false,
+        };
+        let keyed = key.is_some() || matches!(entry.provider.as_str(), "brave" | "tavily");
+        if keyed && url.scheme() != "https" && !loopback {
+            return Err(fail(format!(
+                "`base_url` {url_text:?} must use https: the search key would travel in cleartext"
+            )));
+        }
         Ok(Some(match entry.provider.as_str() {
             "brave" => SearchBackend::Brave {
                 url,

@@ -58,10 +58,26 @@ pub(crate) fn classify(header: Option<&str>) -> Result<ContentType, Refused> {
     } else {
         return Err(unsupported());
     };
-    let charset = parsed
-        .get_param(mime::CHARSET)
-        .map(|c| c.as_str().to_owned());
-    Ok(ContentType { class, charset })
+    Ok(ContentType {
+        class,
+        charset: charset_label(raw),
+    })
+}
+
+/// The `charset` parameter of a `Content-Type` value as written (quotes removed), since the
+/// unknown-charset message quotes it verbatim.
+fn charset_label(raw: &str) -> Option<String> {
+    raw.split(';').skip(1).find_map(|param| {
+        let (name, value) = param.split_once('=')?;
+        name.trim().eq_ignore_ascii_case("charset").then(|| {
+            let value = value.trim();
+            value
+                .strip_prefix('"')
+                .and_then(|v| v.strip_suffix('"'))
+                .unwrap_or(value)
+                .to_owned()
+        })
+    })
 }
 
 /// The encoding for a declared charset: `Ok(None)` for UTF-8 (or none declared), `Err` with
@@ -72,6 +88,9 @@ pub(crate) fn encoding(charset: Option<&str>) -> Result<Option<&'static Encoding
     };
     match Encoding::for_label(label.trim().as_bytes()) {
         Some(enc) if enc == encoding_rs::UTF_8 => Ok(None),
+        // Labels of encodings that cannot be decoded safely (ISO-2022-KR, HZ, ...) map to
+        // the replacement encoding, which would turn the body into one U+FFFD.
+        Some(enc) if enc == encoding_rs::REPLACEMENT => Err(label.to_owned()),
         Some(enc) => Ok(Some(enc)),
         None => Err(label.to_owned()),
     }
@@ -248,6 +267,100 @@ fn to_markdown(html: &str) -> String {
         .unwrap_or_default()
 }
 
+/// The deepest element nesting handed to the HTML libraries, whose tree walks recurse.
+const MAX_NESTING: usize = 2000;
+/// The stack of the thread extraction runs on (address space, committed only as used).
+const EXTRACT_STACK: usize = 64 * 1024 * 1024;
+
+/// Elements that never hold content, so never nest.
+const VOID: [&str; 14] = [
+    "area", "base", "br", "col", "embed", "hr", "img", "input", "link", "meta", "param", "source",
+    "track", "wbr",
+];
+
+/// An upper estimate of a page's element nesting: start tags minus end tags, with void
+/// elements, self-closing tags, comments and the insides of `script` and `style` skipped.
+/// Hand-written because it must be a cheap linear pre-check that cannot itself recurse; it only
+/// decides whether the page is handed to the tree-building libraries at all.
+fn nesting_estimate(html: &str) -> usize {
+    let bytes = html.as_bytes();
+    let (mut depth, mut deepest, mut i) = (0usize, 0usize, 0usize);
+    while let Some(offset) = bytes[i..].iter().position(|&b| b == b'<') {
+        i += offset + 1;
+        if bytes[i..].starts_with(b"!--") {
+            i = html[i..].find("-->").map_or(bytes.len(), |e| i + e + 3);
+            continue;
+        }
+        let closing = bytes.get(i) == Some(&b'/');
+        let start = if closing { i + 1 } else { i };
+        let name_len = bytes[start..]
+            .iter()
+            .take_while(|b| b.is_ascii_alphanumeric())
+            .count();
+        if name_len == 0 || !bytes[start].is_ascii_alphabetic() {
+            continue;
+        }
+        let name = html[start..start + name_len].to_ascii_lowercase();
+        let end = html[start..].find('>').map_or(bytes.len(), |e| start + e);
+        let self_closing = end > 0 && bytes.get(end - 1) == Some(&b'/');
+        i = end.min(bytes.len());
+        if closing {
+            depth = depth.saturating_sub(1);
+        } else if !self_closing && !VOID.contains(&name.as_str()) {
+            depth += 1;
+            deepest = deepest.max(depth);
+            if name == "script" || name == "style" {
+                let close = format!("</{name}");
+                i = bytes[i..]
+                    .windows(close.len())
+                    .position(|w| w.eq_ignore_ascii_case(close.as_bytes()))
+                    .map_or(bytes.len(), |e| i + e);
+            }
+        }
+    }
+    deepest
+}
+
+/// The text of a page too deeply nested for the tree walks: its tags dropped.
+fn strip_tags(html: &str) -> String {
+    let mut text = String::new();
+    let mut in_tag = false;
+    for c in html.chars() {
+        match c {
+            '<' => in_tag = true,
+            '>' if in_tag => {
+                in_tag = false;
+                if !text.ends_with(char::is_whitespace) {
+                    text.push(' ');
+                }
+            }
+            c if !in_tag => text.push(c),
+            _ => {}
+        }
+    }
+    text.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+/// [`html_to_text`] on a thread of its own with a large stack, so no page can exhaust the
+/// stack of the thread the Host runs on.
+pub(crate) async fn html_to_text_isolated(
+    html: String,
+    url: String,
+    raw: bool,
+) -> (String, Extraction) {
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    let spawned = std::thread::Builder::new()
+        .name("web-extract".to_owned())
+        .stack_size(EXTRACT_STACK)
+        .spawn(move || {
+            let _ = tx.send(html_to_text(&html, &url, raw));
+        });
+    if spawned.is_err() {
+        return (String::new(), Extraction::RawHtml);
+    }
+    rx.await.unwrap_or((String::new(), Extraction::RawHtml))
+}
+
 /// How an HTML page became text.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Extraction {
@@ -269,6 +382,9 @@ impl Extraction {
 /// An HTML page as Markdown: the main article (readability), or the whole document when `raw`
 /// is set or the article is under 100 bytes. Never fails; the worst case is empty text.
 pub(crate) fn html_to_text(html: &str, url: &str, raw: bool) -> (String, Extraction) {
+    if nesting_estimate(html) > MAX_NESTING {
+        return (strip_tags(html), Extraction::RawHtml);
+    }
     if !raw {
         let article = dom_smoothie::Readability::new(html, Some(url), None)
             .ok()
@@ -361,6 +477,13 @@ mod tests {
             encoding(Some("not-a-charset")),
             Err("not-a-charset".to_owned())
         );
+        assert_eq!(encoding(Some("ISO-2022-KR")), Err("ISO-2022-KR".to_owned()));
+        assert_eq!(
+            classify(Some("text/plain; Charset=\"X-Odd\""))
+                .unwrap()
+                .charset,
+            Some("X-Odd".to_owned())
+        );
         let sjis = encoding(Some("shift_jis")).unwrap();
         assert_eq!(decode(b"\x82\xa0", sjis), "あ");
     }
@@ -423,6 +546,21 @@ mod tests {
             .feed(b"not gzip at all")
             .and_then(|()| corrupt.finish().map(|_| ()));
         assert_eq!(result, Err(DecodeError::Corrupt));
+    }
+
+    #[test]
+    fn nesting_is_estimated_without_recursion() {
+        assert_eq!(nesting_estimate("<p>a<br>b<img src=x/></p>"), 1);
+        assert_eq!(
+            nesting_estimate("<div><script>if (a<b && c<d) {}</script><!-- <x><y> --></div>"),
+            2
+        );
+        let deep = "<div>".repeat(100_000);
+        assert_eq!(nesting_estimate(&deep), 100_000);
+        let (text, how) = html_to_text(&format!("{deep}deep text"), "https://e.com/", false);
+        assert_eq!((text.as_str(), how), ("deep text", Extraction::RawHtml));
+        assert_eq!(nesting_estimate("<"), 0);
+        assert_eq!(nesting_estimate("<1 <é"), 0);
     }
 
     #[test]

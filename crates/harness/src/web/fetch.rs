@@ -148,8 +148,9 @@ async fn request(
     let Some(allowed) = policy.allowed_addresses(&addresses) else {
         return Err(invalid(format!("host {host} has no allowed address")));
     };
-    // Each allowed address in lookup order, until one answers.
-    let mut last = RequestError::Failed;
+    // Each allowed address in lookup order, until one answers; a connect limit that ran out
+    // on any of them is what the call reports.
+    let mut timed = false;
     for address in allowed {
         let get = network.get(PinnedGet {
             url,
@@ -161,12 +162,14 @@ async fn request(
             Err(_) => return Ok(Err(timed_out(url))),
             Ok(Ok(response)) => return Ok(Ok(response)),
             Ok(Err(RequestError::TimedOut)) => return Ok(Err(timed_out(url))),
-            Ok(Err(err)) => last = err,
+            Ok(Err(RequestError::ConnectTimeout)) => timed = true,
+            Ok(Err(RequestError::Failed)) => {}
         }
     }
-    Ok(Err(match last {
-        RequestError::ConnectTimeout | RequestError::TimedOut => timed_out(url),
-        RequestError::Failed => network_error(url),
+    Ok(Err(if timed {
+        timed_out(url)
+    } else {
+        network_error(url)
     }))
 }
 
@@ -244,7 +247,7 @@ async fn read_page(
     }
     let decoded = content::decode(&bytes, encoding);
     let (mut text, extraction) = match kind.class {
-        Class::Html => content::html_to_text(&decoded, url.as_str(), args.raw),
+        Class::Html => content::html_to_text_isolated(decoded, url.to_string(), args.raw).await,
         Class::Structured | Class::Flat => (decoded, Extraction::Plain),
     };
     let limit = args

@@ -75,6 +75,9 @@ pub struct WebPlugin {
     network: Arc<dyn Network>,
     policy: FetchPolicy,
     search: Option<SearchBackend>,
+    /// Why the Plugin cannot start on this Host (a bad `[search]` table, say): reported to a
+    /// prompt that declares it, and to nothing else.
+    setup_failure: Option<String>,
 }
 
 impl WebPlugin {
@@ -84,6 +87,18 @@ impl WebPlugin {
             network,
             policy: FetchPolicy::default(),
             search,
+            setup_failure: None,
+        }
+    }
+
+    /// A Plugin that cannot start, for this reason (its activation fails with
+    /// `promptforge/web cannot start: {reason}`).
+    pub fn unavailable(reason: impl Into<String>) -> Self {
+        WebPlugin {
+            network: Arc::new(ScriptedNetwork::empty()),
+            policy: FetchPolicy::default(),
+            search: None,
+            setup_failure: Some(reason.into()),
         }
     }
 
@@ -119,7 +134,10 @@ impl WebPlugin {
                 },
             ],
             conflicts: Vec::new(),
-            activation_failure: self.search.is_none().then(|| NO_SEARCH_PROVIDER.to_owned()),
+            activation_failure: match &self.setup_failure {
+                Some(reason) => Some(format!("{PLUGIN_ID} cannot start: {reason}")),
+                None => self.search.is_none().then(|| NO_SEARCH_PROVIDER.to_owned()),
+            },
         }
     }
 
@@ -197,3 +215,5 @@ fn search_schema() -> Json {
         "additionalProperties": false
     })
 }
+#[cfg(test)]
+mod tests;

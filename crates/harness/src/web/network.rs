@@ -153,6 +153,25 @@ impl RealNetwork {
     }
 }
 
+/// The resolver of one fetch request: the policy's checked address for its host, and a
+/// failure for every other name (fail-closed: there is no fallback to the system resolver).
+struct PinnedResolver {
+    host: String,
+    address: SocketAddr,
+}
+
+impl reqwest::dns::Resolve for PinnedResolver {
+    fn resolve(&self, name: reqwest::dns::Name) -> reqwest::dns::Resolving {
+        let answer: Result<reqwest::dns::Addrs, Box<dyn std::error::Error + Send + Sync>> =
+            if name.as_str().eq_ignore_ascii_case(&self.host) {
+                Ok(Box::new(std::iter::once(self.address)))
+            } else {
+                Err(format!("{} is not the checked host", name.as_str()).into())
+            };
+        Box::pin(async move { answer })
+    }
+}
+
 /// A `reqwest` body, chunk by chunk.
 struct ReqwestBody {
     stream: futures_util::stream::BoxStream<'static, reqwest::Result<bytes::Bytes>>,
@@ -234,12 +253,15 @@ impl Network for RealNetwork {
                 return Err(RequestError::Failed);
             };
             let port = request.url.port_or_known_default().unwrap_or(443);
-            // A client per request, pinned to the checked address: `resolve` makes the
-            // connector use exactly this address for this host, so nothing between the check
-            // and the connect can look the name up again, and no approval outlives the request.
+            // A client per request whose only resolver answers the checked address for this
+            // host and fails for any other name: nothing between the check and the connect
+            // can look the name up again, and no approval outlives the request.
             let client = reqwest::Client::builder()
                 .no_proxy()
-                .resolve(host, SocketAddr::new(request.address, port))
+                .dns_resolver(std::sync::Arc::new(PinnedResolver {
+                    host: host.to_owned(),
+                    address: SocketAddr::new(request.address, port),
+                }))
                 .connect_timeout(request.connect_timeout)
                 .redirect(reqwest::redirect::Policy::none())
                 .referer(false)

@@ -51,9 +51,9 @@ impl Default for FetchPolicy {
     }
 }
 
-/// A permission that exists only in test builds: URLs on `http` and on `port` pass admission,
-/// and the listed loopback addresses pass the address check, so tests can run real servers on
-/// 127.0.0.1. No release build can construct it.
+/// A permission that exists only in test builds: admission takes `http` on `port` in place of
+/// `https` on 80 and 443 (every other rule unchanged), and the listed loopback addresses pass
+/// the address check, so tests can run real servers on 127.0.0.1. No release build has it.
 #[cfg(test)]
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct LoopbackPermission {
@@ -64,33 +64,28 @@ pub(crate) struct LoopbackPermission {
 impl FetchPolicy {
     /// Run the URL admission rules under this policy (see [`admit`]).
     pub fn admit(&self, url: &str) -> Result<Url, Refusal> {
-        #[cfg(test)]
-        if let Some(permission) = &self.loopback {
-            if let Ok(mut parsed) = Url::parse(url) {
-                if parsed.scheme() == "http" && parsed.port() == Some(permission.port) {
-                    parsed.set_fragment(None);
-                    return Ok(parsed);
-                }
-            }
+        admit_with(url, &self.rules())
+    }
+
+    #[cfg(not(test))]
+    fn rules(&self) -> Rules<'static> {
+        Rules::DEFAULT
+    }
+
+    #[cfg(test)]
+    fn rules(&self) -> Rules<'_> {
+        match &self.loopback {
+            Some(permission) => Rules {
+                scheme: "http",
+                ports: std::slice::from_ref(&permission.port),
+            },
+            None => Rules::DEFAULT,
         }
-        admit(url)
     }
 
     /// Check one redirect hop under this policy (see [`check_redirect`]).
     pub fn check_redirect(&self, from: &Url, location: &str, hop: usize) -> Result<Url, String> {
-        #[cfg(test)]
-        if let Some(permission) = &self.loopback {
-            if let Ok(mut target) = from.join(location) {
-                if hop <= MAX_REDIRECTS
-                    && target.scheme() == "http"
-                    && target.port() == Some(permission.port)
-                {
-                    target.set_fragment(None);
-                    return Ok(target);
-                }
-            }
-        }
-        check_redirect(from, location, hop)
+        check_redirect_with(from, location, hop, &self.rules())
     }
 
     /// The addresses of a lookup a fetch may connect to (see [`allowed_addresses`]).
@@ -145,19 +140,38 @@ impl Refusal {
 /// Run the URL admission rules on `url`: parse, scheme, credentials, port, host. The admitted
 /// URL is returned with its fragment dropped (a fragment never goes to the server).
 pub fn admit(url: &str) -> Result<Url, Refusal> {
-    let parsed = Url::parse(url).map_err(|_| Refusal::Invalid)?;
-    admit_parsed(parsed)
+    admit_with(url, &Rules::DEFAULT)
 }
 
-fn admit_parsed(mut url: Url) -> Result<Url, Refusal> {
-    if url.scheme() != "https" {
+/// The scheme and ports admission accepts: `https` on 80 and 443, except under the test-only
+/// loopback permission.
+#[derive(Debug, Clone, Copy)]
+struct Rules<'a> {
+    scheme: &'a str,
+    ports: &'a [u16],
+}
+
+impl Rules<'_> {
+    const DEFAULT: Rules<'static> = Rules {
+        scheme: "https",
+        ports: &[80, 443],
+    };
+}
+
+fn admit_with(url: &str, rules: &Rules<'_>) -> Result<Url, Refusal> {
+    let parsed = Url::parse(url).map_err(|_| Refusal::Invalid)?;
+    admit_parsed(parsed, rules)
+}
+
+fn admit_parsed(mut url: Url, rules: &Rules<'_>) -> Result<Url, Refusal> {
+    if url.scheme() != rules.scheme {
         return Err(Refusal::Scheme(url.scheme().to_owned()));
     }
     if !url.username().is_empty() || url.password().is_some() {
         return Err(Refusal::Userinfo);
     }
     let port = url.port_or_known_default().unwrap_or(443);
-    if port != 80 && port != 443 {
+    if !rules.ports.contains(&port) {
         return Err(Refusal::Port(port));
     }
     match url.host() {
@@ -186,11 +200,36 @@ pub fn display_url(url: &Url) -> String {
     shown
 }
 
+/// A `Location` that does not parse, shown like a parsed one: no credentials, query string or
+/// fragment.
+fn shown_raw(location: &str) -> String {
+    let end = location.find(['?', '#']).unwrap_or(location.len());
+    let text = &location[..end];
+    let (scheme, rest) = match text.find("//") {
+        Some(at) => text.split_at(at + 2),
+        None => ("", text),
+    };
+    let authority_end = rest.find('/').unwrap_or(rest.len());
+    match rest[..authority_end].rfind('@') {
+        Some(at) => format!("{scheme}{}", &rest[at + 1..]),
+        None => text.to_owned(),
+    }
+}
+
 /// Check one redirect hop from `from` (the URL that answered) to its `Location`, on hop
 /// number `hop` (1 for the first redirect). A relative `Location` is resolved against `from`.
 /// `Ok` is the URL to request next (admitted, fragment dropped); `Err` is the soft refusal
 /// text `redirect from {from} to {to} refused: {reason}`.
 pub fn check_redirect(from: &Url, location: &str, hop: usize) -> Result<Url, String> {
+    check_redirect_with(from, location, hop, &Rules::DEFAULT)
+}
+
+fn check_redirect_with(
+    from: &Url,
+    location: &str,
+    hop: usize,
+    rules: &Rules<'_>,
+) -> Result<Url, String> {
     let refuse = |to: &str, reason: &str| {
         format!(
             "redirect from {} to {to} refused: {reason}",
@@ -199,7 +238,7 @@ pub fn check_redirect(from: &Url, location: &str, hop: usize) -> Result<Url, Str
     };
     let target = match from.join(location) {
         Ok(target) => target,
-        Err(_) => return Err(refuse(location, &Refusal::Invalid.message())),
+        Err(_) => return Err(refuse(&shown_raw(location), &Refusal::Invalid.message())),
     };
     let to = display_url(&target);
     if hop > MAX_REDIRECTS {
@@ -208,10 +247,10 @@ pub fn check_redirect(from: &Url, location: &str, hop: usize) -> Result<Url, Str
             &format!("exceeded max redirects ({MAX_REDIRECTS})"),
         ));
     }
-    if target.scheme() == "http" {
+    if target.scheme() == "http" && rules.scheme == "https" {
         return Err(refuse(&to, "refusing https to http downgrade"));
     }
-    admit_parsed(target).map_err(|refusal| refuse(&to, &refusal.message()))
+    admit_parsed(target, rules).map_err(|refusal| refuse(&to, &refusal.message()))
 }
 
 /// The 16 blocked IPv4 ranges.

@@ -185,7 +185,11 @@ impl ScriptedNetwork {
                         )));
                     }
                 };
-                dns.insert(host.to_ascii_lowercase(), entry);
+                // Keyed as a URL's host serialises (lowercase, IDNA), as lookups ask for it.
+                let key = url::Host::parse(host)
+                    .map(|h| h.to_string())
+                    .unwrap_or_else(|_| host.to_ascii_lowercase());
+                dns.insert(key, entry);
             }
         }
         let mut pages = BTreeMap::new();
@@ -229,6 +233,15 @@ impl ScriptedNetwork {
             Some(_) => return Err(error("search must be a list of answers")),
         };
         Ok(ScriptedNetwork { dns, pages, search })
+    }
+
+    /// A network where every name resolves to nothing and nothing answers.
+    pub fn empty() -> Self {
+        ScriptedNetwork {
+            dns: BTreeMap::new(),
+            pages: BTreeMap::new(),
+            search: None,
+        }
     }
 
     /// Read and parse a web script file.

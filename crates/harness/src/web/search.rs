@@ -151,20 +151,25 @@ pub(crate) fn parse_args(args: &Json) -> Result<SearchArgs, ToolFailure> {
     let Some(Json::String(query)) = given.get("query") else {
         return Err(invalid_arguments());
     };
+    // An integer, or an integral float (a Lua float such as 5.0); negative and fractional
+    // values break the schema, and the range is checked with the other rules below.
     let count = match given.get("count") {
         None => None,
-        Some(value) => Some(
-            value
-                .as_u64()
-                .or_else(|| {
-                    // An integral float (a Lua float such as 5.0) is an integer.
-                    value
-                        .as_f64()
-                        .filter(|f| *f >= 0.0 && f.fract() == 0.0 && *f < 1e15)
-                        .map(|f| f as u64)
-                })
-                .ok_or_else(invalid_arguments)?,
-        ),
+        Some(value) => {
+            let n = value.as_f64().ok_or_else(invalid_arguments)?;
+            if value.as_i64().is_none() && value.as_u64().is_none() && n.fract() != 0.0 {
+                return Err(invalid_arguments());
+            }
+            if value.as_i64().is_some_and(|i| i < 0) || n < 0.0 {
+                return Err(invalid_arguments());
+            }
+            // Saturating: anything past u64 is over the range anyway.
+            Some(value.as_u64().unwrap_or(if n >= u64::MAX as f64 {
+                u64::MAX
+            } else {
+                n as u64
+            }))
+        }
     };
     let freshness = optional_str(given, "freshness")?;
     if freshness
@@ -225,23 +230,24 @@ fn malformed() -> ToolFailure {
     backend("malformed search response")
 }
 
-/// An error body as a failure message quotes it: cut to about 2000 bytes on a character
-/// boundary, control characters escaped so the message stays on one line.
+/// An error body as a failure message quotes it: control characters escaped so the message
+/// stays on one line, and cut to at most 2000 bytes of the escaped text (never inside a
+/// character or an escape).
 fn quote_error_body(body: &[u8]) -> String {
     let text = String::from_utf8_lossy(body);
-    let mut end = text.len().min(ERROR_BODY_QUOTE);
-    while !text.is_char_boundary(end) {
-        end -= 1;
-    }
     let mut quoted = String::new();
-    for c in text[..end].chars() {
-        match c {
-            '\n' => quoted.push_str("\\n"),
-            '\r' => quoted.push_str("\\r"),
-            '\t' => quoted.push_str("\\t"),
-            c if c.is_control() => quoted.push_str(&format!("\\u{{{:04x}}}", c as u32)),
-            c => quoted.push(c),
+    for c in text.chars() {
+        let piece = match c {
+            '\n' => "\\n".to_owned(),
+            '\r' => "\\r".to_owned(),
+            '\t' => "\\t".to_owned(),
+            c if c.is_control() => format!("\\u{{{:04x}}}", c as u32),
+            c => c.to_string(),
+        };
+        if quoted.len() + piece.len() > ERROR_BODY_QUOTE {
+            break;
         }
+        quoted.push_str(&piece);
     }
     if quoted.is_empty() {
         "(empty body)".to_owned()
@@ -588,9 +594,9 @@ mod tests {
             Some("web_search: query exceeds 400 characters".into())
         );
         assert_eq!(message(json!({"query": "é".repeat(400)})), None);
-        for count in [0, 21] {
+        for count in [json!(0), json!(21), json!(1e300), json!(u64::MAX)] {
             assert_eq!(
-                q(json!({"count": count})),
+                q(json!({"count": count.clone()})),
                 Some("web_search: count must be between 1 and 20".into())
             );
         }
@@ -652,5 +658,8 @@ mod tests {
         let long = "é".repeat(1500);
         let quoted = quote_error_body(long.as_bytes());
         assert_eq!(quoted.len(), 2000);
+        let controls = "\u{1}".repeat(1000);
+        let quoted = quote_error_body(controls.as_bytes());
+        assert_eq!(quoted.len(), 8 * 250);
     }
 }
