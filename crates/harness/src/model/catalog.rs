@@ -539,7 +539,7 @@ impl Catalog {
                 url,
                 key: need_key(key)?,
             },
-            "searxng" => SearchBackend::Searxng { url },
+            "searxng" => SearchBackend::Searxng { url, key },
             _ => SearchBackend::Gateway { url, key },
         }))
     }

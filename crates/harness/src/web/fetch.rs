@@ -30,14 +30,13 @@ fn positive_integer(value: &Json) -> Option<u64> {
         return (n >= 1).then_some(n);
     }
     let f = value.as_f64()?;
-    (f >= 1.0 && f.fract() == 0.0 && f.is_finite()).then(|| {
-        // Saturating: anything past u64 is lowered to the policy limit anyway.
-        if f >= u64::MAX as f64 {
-            u64::MAX
-        } else {
-            f as u64
-        }
-    })
+    // Saturating: anything past u64 is lowered to the policy limit anyway.
+    let n = if f >= u64::MAX as f64 {
+        u64::MAX
+    } else {
+        f as u64
+    };
+    (f >= 1.0 && f.fract() == 0.0 && f.is_finite()).then_some(n)
 }
 
 fn parse_args(args: &Json) -> Result<FetchArgs, ToolFailure> {
@@ -112,16 +111,16 @@ pub(crate) async fn fetch(
             Ok(response) => response,
             Err(text) => return Ok(text),
         };
-        if REDIRECTS.contains(&response.status) {
-            if let Some(location) = response.header("location") {
-                hop += 1;
-                match policy.check_redirect(&url, location, hop) {
-                    Ok(next) => {
-                        url = next;
-                        continue;
-                    }
-                    Err(refusal) => return Ok(refusal),
+        if REDIRECTS.contains(&response.status)
+            && let Some(location) = response.header("location")
+        {
+            hop += 1;
+            match policy.check_redirect(&url, location, hop) {
+                Ok(next) => {
+                    url = next;
+                    continue;
                 }
+                Err(refusal) => return Ok(refusal),
             }
         }
         return Ok(read_page(response, policy, &url, &args, deadline).await);

@@ -45,6 +45,8 @@ pub enum SearchBackend {
     Searxng {
         /// The instance's `/search` endpoint.
         url: Url,
+        /// A bearer key, for an instance behind one.
+        key: Option<String>,
     },
     /// Tavily's search API.
     Tavily {
@@ -98,12 +100,12 @@ fn optional_list(args: &Map<String, Json>, name: &str) -> Result<Vec<String>, To
 }
 
 fn check_code(value: &Option<String>, name: &str) -> Result<(), ToolFailure> {
-    if let Some(code) = value {
-        if code.trim().is_empty() || code.chars().count() > 128 {
-            return Err(invalid(format!(
-                "web_search: {name} must be 1..=128 characters"
-            )));
-        }
+    if let Some(code) = value
+        && (code.trim().is_empty() || code.chars().count() > 128)
+    {
+        return Err(invalid(format!(
+            "web_search: {name} must be 1..=128 characters"
+        )));
     }
     Ok(())
 }
@@ -327,7 +329,10 @@ impl SearchBackend {
                     body: None,
                 }
             }
-            SearchBackend::Searxng { url } => {
+            SearchBackend::Searxng { url, key } => {
+                if let Some(key) = key {
+                    headers.push(("authorization".to_owned(), format!("Bearer {key}")));
+                }
                 let mut url = url.clone();
                 {
                     let mut q = url.query_pairs_mut();
@@ -413,10 +418,10 @@ impl SearchBackend {
                         .iter()
                         .map(|r| {
                             let mut row = r.clone();
-                            if let Some(obj) = row.as_object_mut() {
-                                if let Some(content) = obj.remove("content") {
-                                    obj.entry("description").or_insert(content);
-                                }
+                            if let Some(obj) = row.as_object_mut()
+                                && let Some(content) = obj.remove("content")
+                            {
+                                obj.entry("description").or_insert(content);
                             }
                             row
                         })

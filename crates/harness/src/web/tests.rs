@@ -318,11 +318,7 @@ async fn ssrf_destinations_are_refused_before_any_connection() {
         ("private.test", &[private, LOCALHOST]),
     ]);
     // Loopback permission off: every one of these is refused, and nothing is contacted.
-    let mut policy = FetchPolicy::default();
-    policy.loopback = Some(LoopbackPermission {
-        port,
-        addresses: Vec::new(),
-    });
+    let policy = loopback(port, &[]);
     let web = plugin(net, policy);
     for host in [
         "loop.test",
@@ -624,6 +620,7 @@ async fn every_search_backend_maps_its_reply_to_the_chapters_rows() {
     let (got, head) = search_with(
         |port| SearchBackend::Searxng {
             url: url(port, "/search"),
+            key: None,
         },
         Canned::page("application/json", &searx.to_string()),
     )
@@ -758,4 +755,309 @@ line	two",
         (f.kind, f.message.as_str()),
         (ToolErrorKind::Transport, "web_search: request failed")
     );
+}
+
+// ---------------------------------------------------------------------------------------------
+// The whole fetch pipeline over the scripted network: every rule and message of chapter 13.
+// ---------------------------------------------------------------------------------------------
+
+fn scripted() -> super::ScriptedNetwork {
+    let page = |ct: &str, body: &str| json!({"status": 200, "headers": {"content-type": ct}, "body": body});
+    let redirect = |to: &str| json!({"status": 302, "headers": {"location": to}});
+    let article = format!(
+        "<html><body><nav>Menu</nav><article><p>{}</p></article></body></html>",
+        "Words of the article, long enough to count as its main content. ".repeat(4)
+    );
+    let mut pages = serde_json::Map::new();
+    for (url, value) in [
+        ("https://e.com/", page("text/html; charset=utf-8", &article)),
+        ("https://e.com/q?x=1", page("text/plain", "query kept")),
+        (
+            "https://e.com/short",
+            page(
+                "text/html",
+                "<p>tiny</p><table><tr><td>row</td></tr></table>",
+            ),
+        ),
+        (
+            "https://e.com/data",
+            page("application/ld+json", r#"{"a":1}"#),
+        ),
+        ("https://e.com/xml", page("text/xml", "<a/>")),
+        ("https://e.com/csv", page("text/csv", "a,b")),
+        ("https://e.com/pdf?k=v", page("application/pdf", "%PDF")),
+        ("https://e.com/svg", page("image/svg+xml", "<svg/>")),
+        ("https://e.com/bad-type", page("not a type", "x")),
+        ("https://e.com/none", json!({"status": 200, "body": "x"})),
+        (
+            "https://e.com/odd",
+            page("text/plain; charset=Not-A-Charset", "x"),
+        ),
+        (
+            "https://e.com/latin",
+            json!({"status": 200, "headers": {"content-type": "text/plain; charset=ISO-8859-1"}, "body_base64": "Y2Fm6Q=="}),
+        ),
+        (
+            "https://e.com/missing?k=v",
+            json!({"status": 404, "headers": {"content-type": "text/html"}, "body": "gone"}),
+        ),
+        (
+            "https://e.com/big",
+            json!({"status": 200, "headers": {"content-type": "application/json", "content-length": "8388609"}, "body": "{}"}),
+        ),
+        ("https://e.com/slow", json!({"timeout": "total"})),
+        ("https://e.com/slow-connect", json!({"timeout": "connect"})),
+        (
+            "https://e.com/slow-body",
+            json!({"status": 200, "headers": {"content-type": "text/plain"}, "body": "abc", "timeout": "body"}),
+        ),
+        (
+            "https://e.com/cut",
+            json!({"status": 200, "headers": {"content-type": "text/plain"}, "body": "abcdef", "break_after": 3}),
+        ),
+        (
+            "https://e.com/long",
+            page("text/plain", &"é".repeat(50_000)),
+        ),
+        ("https://e.com/r1", redirect("/r2")),
+        ("https://e.com/r2", redirect("https://e.com/csv#frag")),
+        ("https://e.com/to-http", redirect("http://127.0.0.1/")),
+        (
+            "https://e.com/to-port",
+            redirect("https://e.com:8080/next?secret=1"),
+        ),
+        ("https://e.com/to-creds", redirect("https://u:p@e.com/")),
+        (
+            "https://e.com/to-literal",
+            redirect("https://[::ffff:127.0.0.1]/x"),
+        ),
+        (
+            "https://e.com/to-private",
+            redirect("https://inside.e.com/"),
+        ),
+        ("https://e.com/loop", redirect("/loop")),
+    ] {
+        pages.insert(url.to_owned(), value);
+    }
+    let script = json!({
+        "dns": {"e.com": ["10.0.0.1", "93.184.215.14"], "inside.e.com": ["10.0.0.5", "127.0.0.1"],
+                "mapped.e.com": ["::ffff:1.1.1.1"], "fail.e.com": "fail"},
+        "pages": pages,
+    });
+    super::ScriptedNetwork::parse(&script.to_string()).unwrap()
+}
+
+fn scripted_call(args: serde_json::Value) -> Result<String, String> {
+    let network = scripted();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime
+        .block_on(super::fetch::fetch(
+            &network,
+            &FetchPolicy::default(),
+            &args,
+        ))
+        .map_err(|f| {
+            assert_eq!(f.kind, ToolErrorKind::InvalidArguments);
+            f.message
+        })
+}
+
+fn soft(url: &str) -> String {
+    scripted_call(json!({ "url": url })).unwrap()
+}
+
+fn hard(url: &str) -> String {
+    scripted_call(json!({ "url": url })).unwrap_err()
+}
+
+#[test]
+fn admission_and_lookups_over_the_scripted_network() {
+    assert_eq!(hard("not a url"), "invalid url");
+    assert_eq!(soft("http://e.com/"), "scheme not allowed: http");
+    assert_eq!(soft("ftp://u:p@e.com:21/"), "scheme not allowed: ftp");
+    assert_eq!(
+        hard("https://u:p@e.com:8080/"),
+        "url must not contain userinfo"
+    );
+    assert_eq!(hard("https://e.com:8080/"), "port not allowed: 8080");
+    assert_eq!(
+        hard("https://0177.0.0.1/"),
+        "ip literal host not allowed: 127.0.0.1"
+    );
+    assert_eq!(
+        soft("https://fail.e.com/"),
+        "dns resolution failed for fail.e.com"
+    );
+    for host in ["unknown.e.com", "inside.e.com", "mapped.e.com"] {
+        assert_eq!(
+            hard(&format!("https://{host}/")),
+            format!("host {host} has no allowed address")
+        );
+    }
+    // A mixed answer keeps its public address.
+    assert!(
+        soft("https://e.com/")
+            .starts_with("url: https://e.com/\ntruncated: false\nextraction: readability\n\n")
+    );
+    // As requested: the default port and the fragment dropped, the query kept.
+    assert_eq!(
+        soft("https://e.com:443/q?x=1#top"),
+        "url: https://e.com/q?x=1\ntruncated: false\nextraction: plain\n\nquery kept"
+    );
+}
+
+#[test]
+fn content_types_charsets_and_limits_over_the_scripted_network() {
+    let short = soft("https://e.com/short");
+    assert!(
+        short.contains("extraction: raw-html") && short.contains("row"),
+        "{short}"
+    );
+    let raw = scripted_call(json!({"url": "https://e.com/", "raw": true})).unwrap();
+    assert!(
+        raw.contains("extraction: raw-html") && raw.contains("Menu"),
+        "{raw}"
+    );
+    assert!(soft("https://e.com/data").ends_with("extraction: plain\n\n{\"a\":1}"));
+    assert!(soft("https://e.com/xml").ends_with("\n\n<a/>"));
+    assert!(soft("https://e.com/csv").ends_with("\n\na,b"));
+    assert!(soft("https://e.com/latin").ends_with("\n\ncafé"));
+    assert_eq!(
+        soft("https://e.com/pdf?k=v"),
+        "content type application/pdf from https://e.com/pdf cannot be returned as text; try an HTML version of the page or a different URL"
+    );
+    assert!(soft("https://e.com/svg").starts_with("content type image/svg+xml from"));
+    assert!(soft("https://e.com/bad-type").starts_with("content type not a type from"));
+    assert_eq!(
+        soft("https://e.com/none"),
+        "response from https://e.com/none declared no content type; refusing to guess its format; try a different URL"
+    );
+    assert_eq!(
+        soft("https://e.com/odd"),
+        "response from https://e.com/odd declared unknown charset Not-A-Charset; cannot decode its text"
+    );
+    assert_eq!(
+        soft("https://e.com/missing?k=v"),
+        "https://e.com/missing answered HTTP 404; try a different URL"
+    );
+    assert_eq!(
+        soft("https://e.com/big"),
+        "response from https://e.com/big exceeds the 8388608-byte size cap"
+    );
+    for slow in ["slow", "slow-connect"] {
+        assert_eq!(
+            soft(&format!("https://e.com/{slow}")),
+            format!("request to https://e.com/{slow} timed out; try again or use a different URL")
+        );
+    }
+    for broken in ["slow-body", "cut"] {
+        assert_eq!(
+            soft(&format!("https://e.com/{broken}")),
+            format!(
+                "the response body from https://e.com/{broken} could not be read; try again or use a different URL"
+            )
+        );
+    }
+    assert_eq!(
+        soft("https://e.com/nowhere?k=v#f"),
+        "fetch failed for https://e.com/nowhere?k=v: network error; try a different URL"
+    );
+    // max_chars counts characters and is lowered to the policy's limit.
+    let long = soft("https://e.com/long");
+    assert!(long.contains("truncated: true"));
+    assert_eq!(long.rsplit("\n\n").next().unwrap().chars().count(), 40_000);
+    let five = scripted_call(json!({"url": "https://e.com/long", "max_chars": 5})).unwrap();
+    assert!(
+        five.ends_with("\n\néé\u{e9}éé") && five.contains("truncated: true"),
+        "{five}"
+    );
+    let big = scripted_call(json!({"url": "https://e.com/long", "max_chars": 1_000_000})).unwrap();
+    assert_eq!(big.rsplit("\n\n").next().unwrap().chars().count(), 40_000);
+    let exact = scripted_call(json!({"url": "https://e.com/csv", "max_chars": 3})).unwrap();
+    assert!(exact.contains("truncated: false"), "{exact}");
+}
+
+#[test]
+fn redirects_over_the_scripted_network() {
+    assert!(soft("https://e.com/r1").starts_with("url: https://e.com/csv\n"));
+    assert_eq!(
+        soft("https://e.com/to-http"),
+        "redirect from https://e.com/to-http to http://127.0.0.1/ refused: refusing https to http downgrade"
+    );
+    assert_eq!(
+        soft("https://e.com/to-port"),
+        "redirect from https://e.com/to-port to https://e.com:8080/next refused: port not allowed: 8080"
+    );
+    assert_eq!(
+        soft("https://e.com/to-creds"),
+        "redirect from https://e.com/to-creds to https://e.com/ refused: url must not contain userinfo"
+    );
+    assert_eq!(
+        soft("https://e.com/to-literal"),
+        "redirect from https://e.com/to-literal to https://[::ffff:127.0.0.1]/x refused: ip literal host not allowed: ::ffff:127.0.0.1"
+    );
+    assert_eq!(
+        hard("https://e.com/to-private"),
+        "host inside.e.com has no allowed address"
+    );
+    assert_eq!(
+        soft("https://e.com/loop"),
+        "redirect from https://e.com/loop to https://e.com/loop refused: exceeded max redirects (5)"
+    );
+}
+
+mod properties {
+    use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(64))]
+
+        /// Arbitrary redirect chains and targets never panic, never pass the hop cap, and
+        /// every fetch ends in a page, a soft text or a hard failure.
+        #[test]
+        fn arbitrary_redirect_chains_end_cleanly(
+            hops in proptest::collection::vec(
+                prop_oneof![
+                    Just("/next".to_owned()),
+                    Just("http://e.com/".to_owned()),
+                    Just("https://[::1]/".to_owned()),
+                    Just("https://u@e.com/".to_owned()),
+                    Just("https://e.com:0/".to_owned()),
+                    Just("//other.test/x".to_owned()),
+                    "[ -~]{0,20}",
+                ],
+                0..8,
+            ),
+        ) {
+            let mut pages = serde_json::Map::new();
+            for (i, to) in hops.iter().enumerate() {
+                let location = if to == "/next" { format!("/h{}", i + 1) } else { to.clone() };
+                pages.insert(
+                    format!("https://e.com/h{i}"),
+                    json!({"status": 301, "headers": {"location": location}}),
+                );
+            }
+            pages.insert(
+                format!("https://e.com/h{}", hops.len()),
+                json!({"status": 200, "headers": {"content-type": "text/plain"}, "body": "end"}),
+            );
+            let script = json!({"dns": {"e.com": ["93.184.215.14"], "other.test": ["10.1.1.1"]},
+                                "pages": pages});
+            let network = super::super::ScriptedNetwork::parse(&script.to_string()).unwrap();
+            let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+            let result = runtime.block_on(super::super::fetch::fetch(
+                &network,
+                &FetchPolicy::default(),
+                &json!({"url": "https://e.com/h0"}),
+            ));
+            match result {
+                Ok(text) => prop_assert!(!text.is_empty()),
+                Err(failure) => prop_assert_eq!(failure.kind, ToolErrorKind::InvalidArguments),
+            }
+        }
+    }
 }
