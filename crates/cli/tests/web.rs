@@ -130,6 +130,65 @@ async fn openai(State(seen): State<Seen>, uri: Uri, headers: HeaderMap, body: By
         .unwrap()
 }
 
+/// An Anthropic-shaped messages endpoint: round 1 calls `fetch`, round 2 answers in text.
+async fn anthropic(
+    State(seen): State<Seen>,
+    uri: Uri,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let round = record(&seen, &uri, &headers, &body);
+    let event = |name: &str, value: Value| format!("event: {name}\ndata: {value}\n\n");
+    let mut events = vec![event(
+        "message_start",
+        json!({"type": "message_start", "message": {"id": "m", "type": "message",
+               "role": "assistant", "model": "fake", "content": [], "stop_reason": null,
+               "stop_sequence": null, "usage": {"input_tokens": 10, "output_tokens": 1}}}),
+    )];
+    let stop = if round == 1 {
+        events.push(event(
+            "content_block_start",
+            json!({"type": "content_block_start", "index": 0, "content_block":
+                   {"type": "tool_use", "id": "toolu_1", "name": "fetch", "input": {}}}),
+        ));
+        events.push(event(
+            "content_block_delta",
+            json!({"type": "content_block_delta", "index": 0, "delta":
+                   {"type": "input_json_delta", "partial_json": "{\"url\": \"https://example.com/\"}"}}),
+        ));
+        "tool_use"
+    } else {
+        events.push(event(
+            "content_block_start",
+            json!({"type": "content_block_start", "index": 0,
+                   "content_block": {"type": "text", "text": ""}}),
+        ));
+        events.push(event(
+            "content_block_delta",
+            json!({"type": "content_block_delta", "index": 0,
+                   "delta": {"type": "text_delta", "text": "A page about examples."}}),
+        ));
+        "end_turn"
+    };
+    events.push(event(
+        "content_block_stop",
+        json!({"type": "content_block_stop", "index": 0}),
+    ));
+    events.push(event(
+        "message_delta",
+        json!({"type": "message_delta", "delta": {"stop_reason": stop, "stop_sequence": null},
+               "usage": {"output_tokens": 5}}),
+    ));
+    events.push(event("message_stop", json!({"type": "message_stop"})));
+    let chunks: Vec<Result<Bytes, std::convert::Infallible>> =
+        events.into_iter().map(|e| Ok(Bytes::from(e))).collect();
+    Response::builder()
+        .status(StatusCode::OK)
+        .header("content-type", "text/event-stream")
+        .body(Body::from_stream(futures_util::stream::iter(chunks)))
+        .unwrap()
+}
+
 const PAGE: &str = "<html><body><nav>Home</nav><article><h1>Example</h1><p>This domain is for \
     use in illustrative examples in documents, and you may use it in literature without asking \
     for permission.</p></article></body></html>";
@@ -265,6 +324,73 @@ fn a_model_calling_fetch_reads_the_enveloped_page_in_the_openai_wire_shape() {
     assert!(
         content
             .contains("url: https://example.com/\ntruncated: false\nextraction: readability\n\n"),
+        "{content}"
+    );
+    assert!(content.contains("illustrative examples"), "{content}");
+}
+
+#[test]
+fn a_model_calling_fetch_reads_the_enveloped_page_in_the_anthropic_wire_shape() {
+    let fake = Fake::start(|seen| {
+        Router::new()
+            .route("/v1/messages", post(anthropic))
+            .with_state(seen)
+    });
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("promptforge.toml"),
+        format!(
+            "[models.fake]\nprovider = \"anthropic\"\nmodel = \"fake\"\nbase_url = \"{}\"\napi_key_env = \"\"\n",
+            fake.base
+        ),
+    )
+    .unwrap();
+    let web = json!({
+        "dns": {"example.com": ["93.184.215.14"]},
+        "pages": {"https://example.com/": {"status": 200,
+            "headers": {"content-type": "text/html; charset=utf-8"}, "body": PAGE}},
+        "search": []
+    });
+    std::fs::write(dir.path().join("web.json"), web.to_string()).unwrap();
+    let outcome = run(
+        dir.path(),
+        LOOP_PROMPT,
+        &["--model", "fake", "--web-script", "web.json"],
+        &[],
+    );
+    assert_eq!(outcome["outcome"], "completed", "{outcome}");
+    let result = outcome["result"].as_str().unwrap();
+    let (record, reply) = result.split_once("\n---\n").unwrap();
+    assert_eq!(reply, "A page about examples.");
+    let seen = fake.seen.lock().unwrap();
+    assert_eq!(seen.len(), 2, "two rounds");
+    let tools = &seen[0].2["tools"];
+    assert_eq!(tools[0]["name"], "fetch");
+    assert_eq!(tools[0]["input_schema"]["required"], json!(["url"]));
+    let messages = seen[1].2["messages"].as_array().unwrap();
+    let assistant = &messages[messages.len() - 2];
+    assert_eq!(assistant["role"], "assistant");
+    let call = assistant["content"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|b| b["type"] == "tool_use")
+        .unwrap();
+    assert_eq!(call["id"], "toolu_1");
+    assert_eq!(call["input"], json!({"url": "https://example.com/"}));
+    let user = &messages[messages.len() - 1];
+    assert_eq!(user["role"], "user");
+    let block = &user["content"][0];
+    assert_eq!(block["type"], "tool_result");
+    assert_eq!(block["tool_use_id"], "toolu_1");
+    let content = match &block["content"] {
+        Value::String(text) => text.clone(),
+        Value::Array(parts) => parts[0]["text"].as_str().unwrap().to_owned(),
+        other => panic!("tool_result content {other}"),
+    };
+    assert_eq!(content, record, "the model reads exactly the tool record");
+    assert!(
+        content.starts_with("The text inside the untrusted_input_"),
         "{content}"
     );
     assert!(content.contains("illustrative examples"), "{content}");
