@@ -62,6 +62,13 @@ impl BackendError {
         BackendError::PermissionDenied("the path crosses a symbolic link".to_owned())
     }
 
+    /// The refusal for a file that has other hard links (which may be outside the store).
+    pub fn hard_link() -> Self {
+        BackendError::PermissionDenied(
+            "the file has other hard links, which may be outside the store".to_owned(),
+        )
+    }
+
     /// A storage failure from an I/O error, naming no path.
     pub fn io(err: &std::io::Error) -> Self {
         BackendError::Failed(err.to_string())

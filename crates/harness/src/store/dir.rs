@@ -5,8 +5,15 @@
 //! it), opening each parent with no-follow semantics and refusing any component that is a
 //! symbolic link, for reads, writes, appends, removals, look-ups and listings alike. Writes go
 //! to a temporary file in the target's own directory, are synced (see [`Durability`]), and are
-//! renamed into place, so a reader never sees half a file; listings skip symbolic links and
-//! names no store path can spell.
+//! renamed into place, so a reader never sees half a file; an append that fails is rolled back
+//! to the file's old length. Listings skip symbolic links and names no store path can spell.
+//!
+//! A regular file with more than one hard link is refused for every operation that reads or
+//! extends it in place (`read`, `append`): its other name may lie outside the store, and a
+//! store call must never read or change a file outside its directory. (`write` replaces the
+//! store's name with a new file and `remove` drops only the store's name, so neither can
+//! touch the other link.) Opening a store removes the temporary files a write interrupted by
+//! a crash left behind.
 
 use std::io::{self, Read, Write};
 use std::path::{Path, PathBuf};
@@ -118,6 +125,74 @@ fn step(dir: &Dir, name: &str, create: bool) -> Result<Step, BackendError> {
     }
 }
 
+/// Refuses a file with more than one hard link: its other names may be outside the store.
+fn check_links(file: &cap_std::fs::File) -> Result<(), BackendError> {
+    #[cfg(unix)]
+    {
+        use cap_std::fs::MetadataExt;
+        let meta = file.metadata().map_err(|err| io_error(&err))?;
+        if meta.is_file() && meta.nlink() > 1 {
+            return Err(BackendError::hard_link());
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = file;
+    Ok(())
+}
+
+/// Whether `name` is a temporary file of [`write_atomically`] whose writer is gone: another
+/// process's that is no longer running (on Linux, where `/proc` says), or, elsewhere, one
+/// older than an hour. A live writer's temporary file is left alone.
+fn stale_temp(name: &str, dir: &Dir) -> bool {
+    let Some(rest) = name
+        .strip_prefix(".promptforge-")
+        .and_then(|r| r.strip_suffix(".tmp."))
+    else {
+        return false;
+    };
+    let Some(pid) = rest.split('-').next().and_then(|p| p.parse::<u32>().ok()) else {
+        return false;
+    };
+    if pid == std::process::id() {
+        return false;
+    }
+    if cfg!(target_os = "linux") && Path::new("/proc/self").exists() {
+        return !Path::new(&format!("/proc/{pid}")).exists();
+    }
+    dir.symlink_metadata(name)
+        .and_then(|m| m.modified())
+        .ok()
+        .and_then(|t| t.into_std().elapsed().ok())
+        .is_some_and(|age| age > std::time::Duration::from_secs(3600))
+}
+
+/// Remove the stale temporary files under `root` (best effort: what cannot be removed stays,
+/// invisible to the store either way).
+fn sweep_temps(root: &Dir) {
+    let mut pending: Vec<Dir> = match root.try_clone() {
+        Ok(dir) => vec![dir],
+        Err(_) => return,
+    };
+    while let Some(dir) = pending.pop() {
+        let Ok(entries) = dir.entries() else { continue };
+        for entry in entries.flatten() {
+            let Ok(name) = entry.file_name().into_string() else {
+                continue;
+            };
+            let Ok(file_type) = entry.file_type() else {
+                continue;
+            };
+            if file_type.is_dir() {
+                if let Ok(child) = dir.open_dir_nofollow(&name) {
+                    pending.push(child);
+                }
+            } else if file_type.is_file() && stale_temp(&name, &dir) {
+                let _ = dir.remove_file(&name);
+            }
+        }
+    }
+}
+
 /// [`io_error`], with `NotFound` meaning the file is gone.
 fn gone_or(err: &io::Error) -> BackendError {
     if err.kind() == io::ErrorKind::NotFound {
@@ -209,6 +284,7 @@ impl DirBackend {
     pub fn open(location: impl AsRef<Path>) -> io::Result<Self> {
         let location = location.as_ref().to_path_buf();
         let root = Dir::open_ambient_dir(&location, ambient_authority())?;
+        sweep_temps(&root);
         Ok(DirBackend {
             root,
             location,
@@ -309,6 +385,7 @@ impl Backend for DirBackend {
                     .dir()
                     .open_with(name, &options)
                     .map_err(|err| gone_or(&err))?;
+                check_links(&file)?;
                 let mut bytes = Vec::new();
                 file.read_to_end(&mut bytes).map_err(|err| io_error(&err))?;
                 Ok(bytes)
@@ -335,9 +412,19 @@ impl Backend for DirBackend {
             .dir()
             .open_with(name, &options)
             .map_err(|err| io_error(&err))?;
-        file.write_all(contents).map_err(|err| io_error(&err))?;
-        if self.durability == Durability::Synced {
-            file.sync_data().map_err(|err| io_error(&err))?;
+        check_links(&file)?;
+        let before = file.metadata().map_err(|err| io_error(&err))?.len();
+        let synced = self.durability == Durability::Synced;
+        let appended = file
+            .write_all(contents)
+            .and_then(|()| if synced { file.sync_data() } else { Ok(()) });
+        if let Err(err) = appended {
+            // Roll back: a failed append (a full disk, say) leaves the file as it was.
+            let _ = file.set_len(before);
+            if synced {
+                let _ = file.sync_data();
+            }
+            return Err(io_error(&err));
         }
         Ok(())
     }
