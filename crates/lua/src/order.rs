@@ -160,7 +160,8 @@ pub fn install(lua: &Lua) -> mlua::Result<()> {
 
 /// The one Rust callback [`WRAPPERS`] expects as its first argument: `dispatch(op, ...)` with
 /// `op` 1 `core_pairs(t)`, 2 `core_next(t, k)`, 3 `concat_nontable(nargs, list)`,
-/// 4 `concat_range(len, sep, i, j)`, 5 `has_tostring(v)`. The section VM's shim runs the
+/// 4 `concat_range(len, sep, i, j)`, 5 `has_tostring(v)`, 6 `reference_name(v)`. The section
+/// VM's shim runs the
 /// wrappers inside its own chunk, to save a chunk load per VM.
 pub fn callbacks(lua: &Lua) -> mlua::Result<Function> {
     lua.create_function(
@@ -195,7 +196,8 @@ pub fn callbacks(lua: &Lua) -> mlua::Result<Function> {
                 Ok((first, last)) => (first, last).into_lua_multi(lua),
                 Err(msg) => (Value::Nil, Value::Nil, msg).into_lua_multi(lua),
             },
-            _ => has_tostring(&a).into_lua_multi(lua),
+            5 => has_tostring(&a).into_lua_multi(lua),
+            _ => reference_name(lua, &a)?.into_lua_multi(lua),
         },
     )
 }
@@ -638,6 +640,36 @@ fn has_tostring(value: &Value) -> bool {
             .is_ok_and(|mt| mt.get::<Value>("__tostring").is_ok_and(|v| !v.is_nil())),
         Value::Error(_) => true,
         _ => false,
+    }
+}
+
+/// The name `tostring` prints before a reference value's number (`table`, or the raw
+/// metatable's `__name` when it is a string), or `None` when stock `tostring` renders the
+/// value itself: not a reference value, or one with a `__tostring` metamethod.
+fn reference_name(lua: &Lua, value: &Value) -> mlua::Result<Option<mlua::LuaString>> {
+    let kind = match value {
+        Value::Table(_) => "table",
+        Value::Function(_) => "function",
+        Value::Thread(_) => "thread",
+        Value::UserData(_) | Value::LightUserData(_) => "userdata",
+        _ => return Ok(None),
+    };
+    if has_tostring(value) {
+        return Ok(None);
+    }
+    let name = match value {
+        Value::Table(t) => t
+            .metatable()
+            .and_then(|mt| mt.raw_get::<Value>("__name").ok()),
+        Value::UserData(ud) => ud
+            .metatable()
+            .ok()
+            .and_then(|mt| mt.get::<Value>("__name").ok()),
+        _ => None,
+    };
+    match name {
+        Some(Value::String(name)) => Ok(Some(name)),
+        _ => lua.create_string(kind).map(Some),
     }
 }
 

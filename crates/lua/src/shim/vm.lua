@@ -10,6 +10,74 @@
 local host, cfg = ...
 math.randomseed(cfg.seed)
 
+-- Reference values (tables, functions, coroutines, userdata) print as `table: 0x00000001`,
+-- numbered in the order this VM first renders them, never by memory address: a result or a
+-- log line that shows one is the same in every run with the same seed. `string.format`'s `%s`
+-- renders them the same way. Values with `__tostring` print as they always do.
+do
+  local tostring, format, dispatch, type, select = tostring, string.format, cfg.order, type, select
+  local gmatch, pack, unpack = string.gmatch, table.pack, table.unpack
+  local REFERENCE = { table = true, ['function'] = true, thread = true, userdata = true }
+  local ids = setmetatable({}, { __mode = 'k' })
+  local count = 0
+  local function render(v, name)
+    local id = ids[v]
+    if id == nil then
+      count = count + 1
+      id = count
+      ids[v] = id
+    end
+    return format('%s: 0x%08x', name, id)
+  end
+  local function deterministic_tostring(...)
+    if select('#', ...) == 0 then error("bad argument #1 to 'tostring' (value expected)", 0) end
+    local v = ...
+    if REFERENCE[type(v)] then
+      local name = dispatch(6, v)
+      if name ~= nil then return render(v, name) end
+    end
+    return (tostring(v))
+  end
+  -- Stock `string.format`, with its argument errors naming it as a direct call does (called
+  -- from this stripped chunk, the stock message would name it '?').
+  local pcall, error, gsub = pcall, error, string.gsub
+  local function stock_format(...)
+    local ok, result = pcall(format, ...)
+    if ok then return result end
+    if type(result) == 'string' then
+      result = gsub(result, "^bad argument #(%d+) to '%?'", "bad argument #%1 to 'format'")
+    end
+    error(result, 0)
+  end
+  local function deterministic_format(fmt, ...)
+    local n = select('#', ...)
+    local args
+    for i = 1, n do
+      local v = select(i, ...)
+      if REFERENCE[type(v)] and dispatch(6, v) ~= nil then
+        args = args or pack(...)
+      end
+    end
+    if args == nil or type(fmt) ~= 'string' then return stock_format(fmt, ...) end
+    -- Only `%s` conversions render their argument as text; every other one keeps the value,
+    -- so its own error message is unchanged.
+    local i = 0
+    for flags, conversion in gmatch(fmt, '%%([-+ #0]*%d*%.?%d*)(.)') do
+      if conversion ~= '%' or flags ~= '' then
+        i = i + 1
+        local v = args[i]
+        if conversion == 's' and REFERENCE[type(v)] then
+          local name = dispatch(6, v)
+          if name ~= nil then args[i] = render(v, name) end
+        end
+      end
+    end
+    return stock_format(fmt, unpack(args, 1, n))
+  end
+  rawset(_G, 'tostring', deterministic_tostring)
+  rawset(string, 'format', deterministic_format)
+end
+
 local G = _G
 -- Locals keep the stock names so that stock argument errors name the function as written.
 local pcall, xpcall, error = pcall, xpcall, error
