@@ -108,12 +108,16 @@ local function overflow(compactor, reason)
 end
 
 models.loop = function(...)
+  -- Every argument counts toward the arity, trailing nils included.
+  local n = select('#', ...)
   local a, b, c = ...
   local handle, list, compactor
   if type(a) == 'userdata' then
     if not host('is_handle', a) then raise('models.loop handle must be a model handle') end
+    if n > 3 then raise('models.loop takes (handle?, messages, compactor?)') end
     handle, list, compactor = a, b, c
   else
+    if n > 2 then raise('models.loop takes (handle?, messages, compactor?)') end
     list, compactor = a, b
   end
   if type(list) ~= 'table' then

@@ -173,18 +173,23 @@ local function finish(ok, ...)
   return true, ...
 end
 
-G.pcall = function(f, ...)
-  return finish(pcall(f, ...))
+G.pcall = function(...)
+  if select('#', ...) == 0 then error("bad argument #1 to 'pcall' (value expected)", 0) end
+  return finish(pcall(...))
 end
 
-G.xpcall = function(f, handler, ...)
+G.xpcall = function(...)
+  local f, handler = ...
   if type(handler) ~= 'function' then
-    return xpcall(f, handler, ...)
+    -- Stock Lua's own check and message (raised here: the stock one, called from this
+    -- stripped chunk, would name the function '?').
+    local got = select('#', ...) < 2 and 'no value' or type(handler)
+    error("bad argument #2 to 'xpcall' (function expected, got " .. got .. ')', 0)
   end
   return finish(xpcall(f, function(e)
     if host('control_pending') then return e end
     return handler(normalize(e))
-  end, ...))
+  end, select(3, ...)))
 end
 
 ---------------------------------------------------------------------------------------------
