@@ -13,7 +13,7 @@ fn longest_paths() -> Vec<String> {
         "c".repeat(300)
     );
     nested.push_str(&"d".repeat(1024 - nested.len()));
-    let short_segments = format!("{}x", "abcdefg/".repeat(127));
+    let short_segments = format!("{}xxxxxxxx", "abcdefg/".repeat(127));
     vec![nested, "x".repeat(1024), short_segments]
 }
 
