@@ -25,6 +25,10 @@ use serde_json::{Value as Json, json};
 use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender, unbounded_channel};
 use tokio::task::AbortHandle;
 
+/// Held while a store operation runs: the cancel watchdog takes it before it ends the process,
+/// so a forced exit never lands in the middle of a write.
+pub static STORE_GATE: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 /// The current model: its catalog description and the provider that answers its rounds.
 #[derive(Debug, Clone)]
 pub struct CurrentModel {
@@ -219,10 +223,13 @@ impl Host {
     /// Start one effect.
     fn start(&mut self, id: EffectId, effect: Effect) -> Started {
         match effect {
-            Effect::Store(op) => Started::Now(match self.store.perform(&op) {
-                Ok(answer) => store_answer(answer),
-                Err(err) => store_error_answer(&err),
-            }),
+            Effect::Store(op) => {
+                let _gate = STORE_GATE.lock().unwrap_or_else(|e| e.into_inner());
+                Started::Now(match self.store.perform(&op) {
+                    Ok(answer) => store_answer(answer),
+                    Err(err) => store_error_answer(&err),
+                })
+            }
             Effect::ModelRound(round) => self.model_round(id, round),
             Effect::Timer { duration } => {
                 let tx = self.tx.clone();

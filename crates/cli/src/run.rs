@@ -463,6 +463,32 @@ fn report(args: &RunArgs, outcome: &Outcome) -> ExitCode {
     }
 }
 
+/// How long a cancelled run may take to unwind before the process ends it.
+const CANCEL_GRACE: std::time::Duration = std::time::Duration::from_millis(500);
+
+/// The last resort behind a cancel: the engine stops a run at its next Lua instruction or
+/// library call, but one C call can run for as long as its input makes it (a catastrophic
+/// pattern, say). If the run has not ended `CANCEL_GRACE` after Ctrl-C, report it cancelled
+/// and exit, after any store operation in progress has finished (the store gate).
+fn cancel_watchdog(finished: &AtomicBool, json: bool) {
+    std::thread::sleep(CANCEL_GRACE);
+    if finished.load(Ordering::Relaxed) {
+        return;
+    }
+    let _gate = crate::host::STORE_GATE
+        .lock()
+        .unwrap_or_else(|e| e.into_inner());
+    if finished.load(Ordering::Relaxed) {
+        return;
+    }
+    if json {
+        println!(r#"{{"outcome":"cancelled"}}"#);
+    } else {
+        eprintln!("cancelled");
+    }
+    std::process::exit(130);
+}
+
 pub fn run(args: &RunArgs) -> ExitCode {
     let text = match read_prompt(&args.prompt) {
         Ok(text) => text,
@@ -483,13 +509,23 @@ pub fn run(args: &RunArgs) -> ExitCode {
     // Host's loop wakes to end the run and drop the work in flight.
     let (tx, rx) = channel();
     let (flag, wake) = (cancel.clone(), tx.clone());
+    let finished = Arc::new(AtomicBool::new(false));
+    let (done, json) = (finished.clone(), args.json);
     if let Err(e) = ctrlc::set_handler(move || {
         flag.store(true, Ordering::Relaxed);
         let _ = wake.send(HostMessage::Wake);
+        cancel_watchdog(&done, json);
     }) {
         eprintln!("warning: cannot install the Ctrl-C handler: {e}");
     }
-    match execute(args, &text, ctx, (tx, rx)) {
+    let outcome = execute(args, &text, ctx, (tx, rx));
+    // Holding the gate while the outcome is reported: the watchdog either ended the process
+    // before this point or sees the run finished, so one outcome is ever printed.
+    let _gate = crate::host::STORE_GATE
+        .lock()
+        .unwrap_or_else(|e| e.into_inner());
+    finished.store(true, Ordering::Relaxed);
+    match outcome {
         Ok(outcome) => report(args, &outcome),
         Err(message) => {
             eprintln!("error: {message}");

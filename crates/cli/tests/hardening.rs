@@ -52,3 +52,120 @@ fn a_failed_append_is_rolled_back() {
         vec![b'a'; 600]
     );
 }
+
+/// Run `body`, send Ctrl-C (SIGINT) after `after`, and return (exit code, stdout, time from
+/// the signal to the end).
+#[cfg(unix)]
+fn cancel_after(
+    body: &str,
+    after: std::time::Duration,
+) -> (Option<i32>, String, std::time::Duration) {
+    use std::time::{Duration, Instant};
+    let dir = tempfile::tempdir().unwrap();
+    let path = prompt(dir.path(), body);
+    let mut child = Command::new(env!("CARGO_BIN_EXE_promptforge"))
+        .args(["run"])
+        .arg(&path)
+        .args(["--json", "--seed", "1", "--store"])
+        .arg(dir.path().join("store"))
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(after);
+    let signalled = Instant::now();
+    let status = Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    loop {
+        if child.try_wait().unwrap().is_some() {
+            break;
+        }
+        if signalled.elapsed() > Duration::from_secs(10) {
+            let _ = child.kill();
+            panic!("the run did not end within 10 s of Ctrl-C: {body}");
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let elapsed = signalled.elapsed();
+    let output = child.wait_with_output().unwrap();
+    (
+        output.status.code(),
+        String::from_utf8_lossy(&output.stdout).into_owned(),
+        elapsed,
+    )
+}
+
+/// Work inside C library functions, which the instruction-counting cancel hook never reaches:
+/// each class ends cancelled within a second of Ctrl-C.
+#[cfg(unix)]
+#[test]
+fn a_run_always_ends_on_ctrl_c() {
+    let classes = [
+        // A catastrophic pattern: one `string.find` call that would run for ages.
+        "return string.find(string.rep('a', 100000), '.-.-.-.-.-.-.-b')",
+        // `table.move` over a huge range.
+        "table.move({1, 2, 3}, 1, math.maxinteger - 1, 2, {}) return 'x'",
+        // Heavy calls in a short loop: few instructions between long C calls.
+        "local s = string.rep('a', 10000000) for i = 1, 1000 do s:gsub('a', 'b') end return 'x'",
+        "local s = string.rep('ab', 5000000) for i = 1, 1000000 do s:find('c', 1, true) end return 'x'",
+        "for i = 1, 1000 do local s = string.rep('xyz', 5000000) end return 'x'",
+        "local t = {} for i = 1, 100 do t[i] = string.rep('x', 100000) end for i = 1, 100000 do local s = table.concat(t) end return 'x'",
+        "local s = string.rep('a', 8000000) for i = 1, 100000 do local u = string.format('%s%s', s, 'b') end return 'x'",
+        "local s = string.rep('a b ', 5000000) for w in s:gmatch('%a+') do end for w in s:gmatch('%a+') do end return 'x'",
+        "local t = {} for i = 1, 3000000 do t[i] = (i * 7919) % 1000003 end for i = 1, 100 do table.sort(t) end return 'x'",
+        "local s = string.rep('a', 8000000) for i = 1, 100000 do local u = s:upper() local r = s:reverse() end return 'x'",
+    ];
+    for body in classes {
+        let (code, stdout, elapsed) = cancel_after(body, std::time::Duration::from_millis(400));
+        assert_eq!(code, Some(130), "{body}: {stdout}");
+        assert_eq!(stdout.trim(), r#"{"outcome":"cancelled"}"#, "{body}");
+        assert!(
+            elapsed < std::time::Duration::from_secs(1),
+            "{body}: ended {elapsed:?} after Ctrl-C"
+        );
+    }
+}
+
+/// A `__gc` finalizer never runs (Lua would run it with hooks off, out of a cancel's reach,
+/// and at teardown): a looping one neither hangs the run's end nor stops a later cancel.
+#[cfg(unix)]
+#[test]
+fn finalizers_never_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = prompt(
+        dir.path(),
+        "local mt = { __gc = function() while true do end end }\n\
+         for i = 1, 1000 do setmetatable({}, mt) end\n\
+         local t = setmetatable({}, mt)\n\
+         assert(getmetatable(t) == mt and mt.__gc ~= nil)\n\
+         local junk = {} for i = 1, 200000 do junk[i] = { i } end junk = nil\n\
+         return 'done'",
+    );
+    let started = std::time::Instant::now();
+    let output = Command::new(env!("CARGO_BIN_EXE_promptforge"))
+        .args(["run"])
+        .arg(&path)
+        .args(["--json", "--seed", "1", "--store"])
+        .arg(dir.path().join("store"))
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert!(started.elapsed() < std::time::Duration::from_secs(10));
+    assert_eq!(
+        String::from_utf8_lossy(&output.stdout).trim(),
+        r#"{"outcome":"completed","result":"done"}"#
+    );
+    let (code, stdout, elapsed) = cancel_after(
+        "setmetatable({}, { __gc = function() while true do end end }) while true do end",
+        std::time::Duration::from_millis(300),
+    );
+    assert_eq!(
+        (code, stdout.trim()),
+        (Some(130), r#"{"outcome":"cancelled"}"#)
+    );
+    assert!(elapsed < std::time::Duration::from_secs(1));
+}

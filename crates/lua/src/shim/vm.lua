@@ -16,7 +16,8 @@ math.randomseed(cfg.seed)
 -- renders them the same way. Values with `__tostring` print as they always do.
 do
   local tostring, format, dispatch, type, select = tostring, string.format, cfg.order, type, select
-  local gmatch, pack, unpack = string.gmatch, table.pack, table.unpack
+  local gmatch, pack, unpack, gsub = string.gmatch, table.pack, table.unpack, string.gsub
+  local pcall, error, rawequal, ipairs = pcall, error, rawequal, ipairs
   local REFERENCE = { table = true, ['function'] = true, thread = true, userdata = true }
   local ids = setmetatable({}, { __mode = 'k' })
   local count = 0
@@ -40,7 +41,6 @@ do
   end
   -- Stock `string.format`, with its argument errors naming it as a direct call does (called
   -- from this stripped chunk, the stock message would name it '?').
-  local pcall, error, gsub = pcall, error, string.gsub
   local function stock_format(...)
     local ok, result = pcall(format, ...)
     if ok then return result end
@@ -76,6 +76,85 @@ do
   end
   rawset(_G, 'tostring', deterministic_tostring)
   rawset(string, 'format', deterministic_format)
+
+  -- Library calls whose work grows with their input run as one C call, where the cancel hook
+  -- (which counts VM instructions) cannot reach. Each checks the cancel flag before it starts
+  -- when its input is large, so a loop of heavy calls ends within one call of a cancel; and
+  -- `table.move` over a large range runs in slices with a check between them.
+  local function cancelled() return host('control_pending') end
+  local BIG = 4096
+  local function renamed(name, ok, ...)
+    if ok then return ... end
+    local e = ...
+    if type(e) == 'string' then
+      e = gsub(e, "^bad argument #(%d+) to '%?'", "bad argument #%1 to '" .. name .. "'")
+    end
+    error(e, 0)
+  end
+  local function guard(lib, name, big)
+    local stock = lib[name]
+    rawset(lib, name, function(...)
+      if big(...) and cancelled() then error('run cancelled', 0) end
+      return renamed(name, pcall(stock, ...))
+    end)
+  end
+  local function big_string(s) return type(s) == 'string' and #s > BIG end
+  local function big_rep(s, n)
+    return type(s) == 'string' and type(n) == 'number' and #s * n > BIG * 16
+  end
+  for _, name in ipairs({ 'find', 'match', 'gsub', 'upper', 'lower', 'reverse', 'byte' }) do
+    guard(string, name, big_string)
+  end
+  guard(string, 'rep', big_rep)
+  guard(table, 'sort', function(t) return type(t) == 'table' and #t > BIG end)
+  local stock_gmatch = string.gmatch
+  rawset(string, 'gmatch', function(...)
+    local iterate = renamed('gmatch', pcall(stock_gmatch, ...))
+    local s = ...
+    if not big_string(s) then return iterate end
+    return function()
+      if cancelled() then error('run cancelled', 0) end
+      return iterate()
+    end
+  end)
+  local stock_move, math_type, maxinteger = table.move, math.type, math.maxinteger
+  local SLICE = 1 << 16
+  rawset(table, 'move', function(...)
+    local a1, f, e, t, a2 = ...
+    if math_type(f) ~= 'integer' or math_type(e) ~= 'integer' or math_type(t) ~= 'integer'
+      or e < f or e - f < SLICE or type(a1) ~= 'table' then
+      return renamed('move', pcall(stock_move, ...))
+    end
+    -- Stock Lua's own checks, with its messages, before any element moves.
+    if not (f > 0 or e < maxinteger + f) then
+      error("bad argument #3 to 'move' (too many elements to move)", 0)
+    end
+    local n = e - f + 1
+    if not (t <= maxinteger - n + 1) then
+      error("bad argument #4 to 'move' (destination wrap around)", 0)
+    end
+    if select('#', ...) >= 5 and a2 ~= nil and type(a2) ~= 'table' then
+      return renamed('move', pcall(stock_move, ...))
+    end
+    local dest = a2
+    if dest == nil then dest = a1 end
+    -- Overlapping ranges of one table move back to front, as stock Lua does.
+    local backward = t > f and t <= e and rawequal(a1, dest)
+    local done = 0
+    while done < n do
+      if cancelled() then error('run cancelled', 0) end
+      local count = n - done
+      if count > SLICE then count = SLICE end
+      if backward then
+        local last = n - done
+        stock_move(a1, f + last - count, f + last - 1, t + last - count, dest)
+      else
+        stock_move(a1, f + done, f + done + count - 1, t + done, dest)
+      end
+      done = done + count
+    end
+    return dest
+  end)
 end
 
 local G = _G
@@ -383,6 +462,17 @@ G.setmetatable = function(...)
         if k ~= '__index' and k ~= '__newindex' and k ~= '__metatable' then GUARD[k] = v end
       end
     end
+    return t
+  end
+  -- Finalizers never run: Lua runs `__gc` with hooks off (so no cancel can stop one), and at
+  -- teardown. An object is marked for finalization only when its metatable has `__gc` as it
+  -- is set, so the field is held back for that moment and put back at once.
+  local gc = mt ~= nil and rawget(mt, '__gc') or nil
+  if gc ~= nil then
+    rawset(mt, '__gc', nil)
+    local ok, err = pcall(setmetatable, t, mt)
+    rawset(mt, '__gc', gc)
+    if not ok then error(err, 2) end
     return t
   end
   return setmetatable(t, mt)
