@@ -350,7 +350,15 @@ fn round_answer(
     match result {
         Ok(reply) => Answer::Value(reply_answer(&reply)),
         Err(err) if !infer && err.is_context_overflow() => Answer::Value(json!({"overflow": true})),
-        Err(err) => internal(err.to_string(), RunErrorKind::Completion),
+        Err(err) => {
+            // The run's message is the spec's fixed text; what the Harness knows beyond it
+            // (the URL tried, where its setting came from, a redirect's target) goes to
+            // the person running it.
+            if let Some(detail) = err.detail() {
+                eprintln!("note: the model round failed: {detail}");
+            }
+            internal(err.to_string(), RunErrorKind::Completion)
+        }
     }
 }
 

@@ -844,3 +844,44 @@ async fn base_urls_with_or_without_v1_reach_the_same_endpoint() {
         assert_eq!(provider.complete(&hello()).await.unwrap().text, "ok");
     }
 }
+
+#[tokio::test]
+async fn a_whole_json_message_to_a_streaming_request_is_accepted() {
+    let server = start(vec![Step::Json(json!({
+        "id": "msg_1", "type": "message", "role": "assistant", "model": "m",
+        "content": [
+            {"type": "text", "text": "Let me look."},
+            {"type": "tool_use", "id": "toolu_1", "name": "fetch", "input": {"url": "https://e.com"}}
+        ],
+        "stop_reason": "tool_use", "stop_sequence": null,
+        "usage": {"input_tokens": 11, "output_tokens": 7}
+    }))])
+    .await;
+    let provider = provider_with(&server, AnthropicOptions::default(), ModelLimits::default());
+    let reply = provider.complete(&hello()).await.unwrap();
+    assert_eq!(reply.text, "Let me look.");
+    assert_eq!(reply.tool_calls.len(), 1);
+    assert_eq!(reply.tool_calls[0].id, "toolu_1");
+    assert_eq!(
+        reply.tool_calls[0].arguments,
+        json!({"url": "https://e.com"})
+    );
+    assert_eq!(reply.finish_reason, Some(FinishReason::ToolCalls));
+}
+
+#[tokio::test]
+async fn a_redirect_from_the_messages_endpoint_is_never_followed() {
+    let server = start(vec![Step::Redirect(
+        307,
+        "https://elsewhere.example/v1/messages".into(),
+    )])
+    .await;
+    let provider = provider_with(&server, AnthropicOptions::default(), ModelLimits::default());
+    let err = provider.complete(&hello()).await.unwrap_err();
+    assert!(
+        err.detail()
+            .unwrap()
+            .contains("answered 307 redirecting to https://elsewhere.example/v1/messages"),
+        "{err:?}"
+    );
+}

@@ -48,6 +48,10 @@ pub enum Step {
     },
     /// Wait before sending the headers at all.
     Delay(Duration, Box<Step>),
+    /// `200 application/json`: a server that ignores `stream: true`.
+    Json(Value),
+    /// A redirect with this status to this location.
+    Redirect(u16, String),
 }
 
 /// A server-sent event with only a data line.
@@ -223,6 +227,16 @@ async fn respond(mut step: Step) -> Response {
                 builder.body(Body::from(body)).unwrap()
             }
         }
+        Step::Json(value) => Response::builder()
+            .status(StatusCode::OK)
+            .header("content-type", "application/json")
+            .body(Body::from(value.to_string()))
+            .unwrap(),
+        Step::Redirect(status, location) => Response::builder()
+            .status(StatusCode::from_u16(status).unwrap())
+            .header("location", location)
+            .body(Body::from("moved"))
+            .unwrap(),
         Step::Delay(..) => unreachable!("delays are unwrapped above"),
     }
 }

@@ -829,16 +829,20 @@ async fn malformed_json_is_malformed() {
 }
 
 #[tokio::test]
-async fn a_json_document_instead_of_a_stream_is_malformed() {
+async fn a_json_document_instead_of_a_stream_is_read_whole() {
+    // A server that ignores `stream: true` answers with one document; it is read as the
+    // stream it stands for (issue 10: a LiteLLM proxy does this).
     let server = start(vec![status(
         200,
         r#"{"choices":[{"message":{"content":"hi"}}]}"#,
     )])
     .await;
-    let err = provider(&server).complete(&hello()).await.unwrap_err();
+    let reply = provider(&server).complete(&hello()).await.unwrap();
+    assert_eq!(reply.text, "hi");
+    let server = start(vec![status(200, r#"{"no": "choices"}"#)]).await;
     assert_eq!(
-        err,
-        ModelError::malformed("expected a server-sent event stream, got a JSON document")
+        provider(&server).complete(&hello()).await.unwrap_err(),
+        ModelError::malformed("the reply has no choices")
     );
 }
 
@@ -887,4 +891,75 @@ async fn providers_are_object_safe_and_shareable() {
         async move { shared.complete(&hello()).await }
     });
     assert_eq!(task.await.unwrap().unwrap().text, "hi");
+}
+
+#[tokio::test]
+async fn a_redirect_is_never_followed_and_names_both_urls() {
+    for status in [302, 307, 308] {
+        let server = start(vec![Step::Redirect(
+            status,
+            "https://elsewhere.example/v1/chat/completions".into(),
+        )])
+        .await;
+        let provider = provider_with(&server, OpenAiOptions::default(), ModelLimits::default());
+        let err = provider.complete(&hello()).await.unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "the connection to the model backend failed"
+        );
+        let detail = err.detail().unwrap();
+        assert!(
+            detail.contains(&format!(
+                "answered {status} redirecting to https://elsewhere.example/v1/chat/completions"
+            )) && detail.contains("/chat/completions answered"),
+            "{detail}"
+        );
+        assert_eq!(server.requests().len(), 1, "the redirect was followed");
+    }
+}
+
+#[tokio::test]
+async fn a_trickling_reply_runs_into_the_round_deadline() {
+    // A token every 100 ms never trips the 300 ms receive timeout, but the round has 500 ms.
+    let mut pieces = Vec::new();
+    for _ in 0..100 {
+        pieces.push(Piece::Pause(Duration::from_millis(100)));
+        pieces.push(Piece::Raw(chunk(json!({"content": "."}), None)));
+    }
+    let server = start(vec![Step::Sse(pieces)]).await;
+    let limits = ModelLimits {
+        receive_timeout: Duration::from_millis(300),
+        round_timeout: Duration::from_millis(500),
+        ..ModelLimits::default()
+    };
+    let provider = provider_with(&server, OpenAiOptions::default(), limits);
+    let started = std::time::Instant::now();
+    assert_eq!(
+        provider.complete(&hello()).await.unwrap_err(),
+        ModelError::Timeout
+    );
+    assert!(started.elapsed() < Duration::from_secs(3));
+}
+
+#[tokio::test]
+async fn a_whole_json_reply_to_a_streaming_request_is_accepted() {
+    let server = start(vec![Step::Json(json!({
+        "id": "c", "object": "chat.completion",
+        "choices": [{"index": 0, "finish_reason": "tool_calls", "message": {
+            "role": "assistant", "content": "Let me look.",
+            "tool_calls": [{"id": "call_1", "type": "function",
+                            "function": {"name": "fetch", "arguments": "{\"url\":\"https://e.com\"}"}}]}}],
+        "usage": {"prompt_tokens": 11, "completion_tokens": 7}
+    }))])
+    .await;
+    let provider = provider_with(&server, OpenAiOptions::default(), ModelLimits::default());
+    let reply = provider.complete(&hello()).await.unwrap();
+    assert_eq!(reply.text, "Let me look.");
+    assert_eq!(reply.tool_calls.len(), 1);
+    assert_eq!(reply.tool_calls[0].id, "call_1");
+    assert_eq!(
+        reply.tool_calls[0].arguments,
+        json!({"url": "https://e.com"})
+    );
+    assert_eq!(reply.finish_reason, Some(FinishReason::ToolCalls));
 }

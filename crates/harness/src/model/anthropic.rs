@@ -35,6 +35,7 @@ use super::error::{ModelError, classify_stream_error};
 use super::http::{EventStream, build_client, key_header, post_event_stream};
 use super::openai::decode_arguments;
 use super::provider::{ModelFuture, ModelLimits, ModelProvider, ReplyObserver};
+use super::sse::Event;
 use super::types::{
     ChatRequest, Content, ContentPart, FinishReason, Message, ReasoningBlock, Reply,
     ThinkingCapability, ThinkingSwitch, ToolCall, Usage,
@@ -145,6 +146,7 @@ impl AnthropicProvider {
             &self.request_body(request),
             self.limits,
             &self.hint,
+            whole_reply,
         )
         .await?;
         read_stream(events, observer).await
@@ -157,7 +159,11 @@ impl ModelProvider for AnthropicProvider {
         request: &'a ChatRequest,
         observer: &'a dyn ReplyObserver,
     ) -> ModelFuture<'a> {
-        Box::pin(self.run(request, observer))
+        Box::pin(async move {
+            tokio::time::timeout(self.limits.round_timeout, self.run(request, observer))
+                .await
+                .unwrap_or(Err(ModelError::Timeout))
+        })
     }
 }
 
@@ -410,6 +416,47 @@ fn str_at<'v>(value: &'v Value, key: &str) -> Option<&'v str> {
 
 fn missing(what: &str) -> ModelError {
     ModelError::malformed(format!("a reply event lacks {what}"))
+}
+
+/// A whole message (a server that ignored `stream: true`, as some gateways do) as the events
+/// its stream would have sent: the start with the input usage, each content block whole,
+/// then the stop reason and output usage.
+fn whole_reply(reply: &Value) -> Result<Vec<Event>, ModelError> {
+    if reply.get("type").and_then(Value::as_str) == Some("error") {
+        return Ok(vec![Event::new("error", reply.to_string())]);
+    }
+    let blocks = reply
+        .get("content")
+        .and_then(Value::as_array)
+        .ok_or_else(|| ModelError::malformed("the reply has no content"))?;
+    let usage = reply.get("usage").cloned().unwrap_or_else(|| json!({}));
+    let mut events = vec![Event::new(
+        "message_start",
+        json!({"type": "message_start", "message": {"usage": usage}}).to_string(),
+    )];
+    for (index, block) in blocks.iter().enumerate() {
+        events.push(Event::new(
+            "content_block_start",
+            json!({"type": "content_block_start", "index": index, "content_block": block})
+                .to_string(),
+        ));
+        events.push(Event::new(
+            "content_block_stop",
+            json!({"type": "content_block_stop", "index": index}).to_string(),
+        ));
+    }
+    events.push(Event::new(
+        "message_delta",
+        json!({"type": "message_delta",
+               "delta": {"stop_reason": reply.get("stop_reason").cloned().unwrap_or(Value::Null)},
+               "usage": {"output_tokens": usage.get("output_tokens").cloned().unwrap_or(json!(0))}})
+        .to_string(),
+    ));
+    events.push(Event::new(
+        "message_stop",
+        json!({"type": "message_stop"}).to_string(),
+    ));
+    Ok(events)
 }
 
 async fn read_stream(

@@ -113,6 +113,8 @@ pub struct ModelEntry {
     pub max_output_tokens: Option<u32>,
     /// Anthropic: `budget_tokens` with thinking on; default 4096 (at least 1024).
     pub thinking_budget: Option<u32>,
+    /// The longest one round may take, in seconds (at least 1); default 600.
+    pub round_timeout: Option<u64>,
     /// The file the entry came from (`None` for a quick id).
     #[serde(skip)]
     pub source: Option<PathBuf>,
@@ -636,14 +638,25 @@ impl Catalog {
             },
         };
         let base = plan.description.base_url.clone().unwrap_or_default();
+        let mut limits = self.limits;
+        if let Some(seconds) = entry.round_timeout {
+            if seconds == 0 {
+                return Err(CatalogError::InvalidEntry {
+                    id: id.clone(),
+                    file: entry.source.clone(),
+                    message: "`round_timeout` is in seconds and must be at least 1".to_owned(),
+                });
+            }
+            limits.round_timeout = std::time::Duration::from_secs(seconds);
+        }
         let provider: Arc<dyn ModelProvider> = match plan.setup {
             Setup::OpenAi(options) => Arc::new(
-                OpenAiProvider::new(&base, key, options, self.limits)
+                OpenAiProvider::new(&base, key, options, limits)
                     .map_err(client_error)?
                     .with_hint(plan.hint),
             ),
             Setup::Anthropic(options) => Arc::new(
-                AnthropicProvider::new(&base, key, options, self.limits)
+                AnthropicProvider::new(&base, key, options, limits)
                     .map_err(client_error)?
                     .with_hint(plan.hint),
             ),

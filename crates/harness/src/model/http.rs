@@ -5,13 +5,12 @@
 //! reqwest has no per-chunk timeout (its `timeout` bounds the whole request, which would cut
 //! off long replies that keep streaming), so the wait for the headers and for each next chunk
 //! is a `tokio::time::timeout` of our own. The cap counts raw body bytes as they arrive, before
-//! any decoding. SSE framing is left to `eventsource-stream`, a small, widely used parser that
-//! handles the parts of the format that are easy to get wrong (CRLF and CR line ends, events
-//! split across chunks, multi-line `data:`, comments, a leading BOM).
+//! any decoding. SSE framing is our own linear-time parser (`sse.rs`: CRLF and CR line ends,
+//! events split across chunks, multi-line `data:`, comments, a leading BOM).
 
 use std::pin::Pin;
 
-use eventsource_stream::{Event, EventStreamError, Eventsource};
+use super::sse::{self, Event};
 use futures_util::stream::{self, Stream, StreamExt};
 use reqwest::header::{ACCEPT, CONTENT_LENGTH, CONTENT_TYPE, HeaderMap, HeaderValue, USER_AGENT};
 use tokio::time::timeout;
@@ -32,6 +31,9 @@ pub(crate) fn build_client() -> Result<reqwest::Client, ModelError> {
     );
     reqwest::Client::builder()
         .default_headers(headers)
+        // A model endpoint's redirect is never followed: a 307 would re-send the whole
+        // conversation (and its key) to another origin, and a 302 would turn into a GET.
+        .redirect(reqwest::redirect::Policy::none())
         .build()
         .map_err(|e| ModelError::Transport {
             detail: format!("could not set up the HTTP client: {}", error_chain(&e)),
@@ -86,6 +88,7 @@ pub(crate) async fn post_event_stream(
     body: &serde_json::Value,
     limits: ModelLimits,
     hint: &str,
+    whole: WholeReply,
 ) -> Result<EventStream, ModelError> {
     let body = serde_json::to_vec(body)
         .map_err(|e| ModelError::malformed(format!("could not encode the request: {e}")))?;
@@ -101,6 +104,19 @@ pub(crate) async fn post_event_stream(
         Ok(Ok(response)) => response,
     };
     let status = response.status();
+    if status.is_redirection() {
+        let location = response
+            .headers()
+            .get(reqwest::header::LOCATION)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("(no Location header)");
+        return Err(ModelError::Transport {
+            detail: format!(
+                "POST {url} answered {} redirecting to {location}; model requests never follow redirects: set the model's base_url to the address that answers",
+                status.as_u16()
+            ),
+        });
+    }
     if !status.is_success() {
         return Err(read_error_reply(response, limits, url, hint).await);
     }
@@ -111,9 +127,14 @@ pub(crate) async fn post_event_stream(
             .to_ascii_lowercase()
             .starts_with("application/json")
     {
-        return Err(ModelError::malformed(
-            "expected a server-sent event stream, got a JSON document",
-        ));
+        // A server that ignores `stream: true` (some gateways do) answers with the whole
+        // reply as one JSON document: read it under the same limits and replay it as the
+        // events the provider's stream reader expects.
+        let body = read_body(response, limits, url, hint).await?;
+        let value: serde_json::Value = serde_json::from_slice(&body)
+            .map_err(|_| ModelError::malformed("the reply is not valid JSON"))?;
+        let events: Vec<Result<Event, ModelError>> = whole(&value)?.into_iter().map(Ok).collect();
+        return Ok(Box::pin(stream::iter(events)));
     }
     let url = url.to_owned();
     let hint = hint.to_owned();
@@ -123,18 +144,32 @@ pub(crate) async fn post_event_stream(
         OversizeKind::Stream,
         move |e| transport(&e, &url, &hint),
     );
-    let events = bytes.eventsource().map(|item| {
-        item.map_err(|err| match err {
-            EventStreamError::Transport(err) => err,
-            EventStreamError::Utf8(_) => {
-                ModelError::malformed("the reply stream is not valid UTF-8")
-            }
-            EventStreamError::Parser(_) => {
-                ModelError::malformed("the reply stream is not a valid server-sent event stream")
-            }
-        })
-    });
-    Ok(Box::pin(events))
+    Ok(Box::pin(sse::events(Box::pin(bytes))))
+}
+
+/// Turns a whole (non-streamed) reply document into the events its stream would have held.
+pub(crate) type WholeReply = fn(&serde_json::Value) -> Result<Vec<Event>, ModelError>;
+
+/// Read a whole body under the receive timeout and the response cap.
+async fn read_body(
+    response: reqwest::Response,
+    limits: ModelLimits,
+    url: &str,
+    hint: &str,
+) -> Result<Vec<u8>, ModelError> {
+    let url = url.to_owned();
+    let hint = hint.to_owned();
+    let mut chunks = Box::pin(limited_chunks(
+        Box::pin(response.bytes_stream()),
+        limits,
+        OversizeKind::Body,
+        move |e| transport(&e, &url, &hint),
+    ));
+    let mut body = Vec::new();
+    while let Some(chunk) = chunks.next().await {
+        body.extend_from_slice(&chunk?);
+    }
+    Ok(body)
 }
 
 /// A body stream with the per-chunk receive timeout and the response cap applied. The

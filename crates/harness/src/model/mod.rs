@@ -26,6 +26,7 @@ mod openai;
 mod provider;
 mod round;
 mod scripted;
+mod sse;
 mod types;
 
 pub use anthropic::{ANTHROPIC_VERSION, AnthropicOptions, AnthropicProvider};

@@ -29,6 +29,7 @@ use serde_json::{Map, Value, json};
 use super::error::{ModelError, classify_stream_error};
 use super::http::{EventStream, build_client, key_header, post_event_stream};
 use super::provider::{ModelFuture, ModelLimits, ModelProvider, ReplyObserver};
+use super::sse::Event;
 use super::types::{
     ChatRequest, Content, ContentPart, FinishReason, Message, ReasoningBlock, Reply,
     ThinkingSwitch, ToolCall, Usage,
@@ -159,6 +160,7 @@ impl OpenAiProvider {
             &self.request_body(request),
             self.limits,
             &self.hint,
+            whole_reply,
         )
         .await?;
         read_stream(events, observer).await
@@ -171,7 +173,11 @@ impl ModelProvider for OpenAiProvider {
         request: &'a ChatRequest,
         observer: &'a dyn ReplyObserver,
     ) -> ModelFuture<'a> {
-        Box::pin(self.run(request, observer))
+        Box::pin(async move {
+            tokio::time::timeout(self.limits.round_timeout, self.run(request, observer))
+                .await
+                .unwrap_or(Err(ModelError::Timeout))
+        })
     }
 }
 
@@ -502,6 +508,51 @@ fn stream_error_status(error: &Value) -> u16 {
     } else {
         500
     }
+}
+
+/// A whole chat completion (a server that ignored `stream: true`) as the chunks its stream
+/// would have sent: one delta holding the message, then the usage, then `[DONE]`.
+fn whole_reply(reply: &Value) -> Result<Vec<Event>, ModelError> {
+    if let Some(error) = reply.get("error") {
+        let chunk = json!({ "error": error });
+        return Ok(vec![Event::new("", chunk.to_string())]);
+    }
+    let choice = reply
+        .get("choices")
+        .and_then(|c| c.get(0))
+        .ok_or_else(|| ModelError::malformed("the reply has no choices"))?;
+    let message = choice.get("message").cloned().unwrap_or(Value::Null);
+    let mut delta = json!({"role": "assistant"});
+    for field in ["content", "reasoning_content", "reasoning"] {
+        if let Some(value) = message.get(field).filter(|v| v.is_string()) {
+            delta[field] = value.clone();
+        }
+    }
+    if let Some(calls) = message.get("tool_calls").and_then(Value::as_array) {
+        let calls: Vec<Value> = calls
+            .iter()
+            .enumerate()
+            .map(|(i, call)| {
+                let mut call = call.clone();
+                call["index"] = json!(i);
+                call
+            })
+            .collect();
+        delta["tool_calls"] = Value::Array(calls);
+    }
+    let finish = choice.get("finish_reason").cloned().unwrap_or(Value::Null);
+    let mut events = vec![Event::new(
+        "",
+        json!({"choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}).to_string(),
+    )];
+    if let Some(usage) = reply.get("usage") {
+        events.push(Event::new(
+            "",
+            json!({"choices": [], "usage": usage}).to_string(),
+        ));
+    }
+    events.push(Event::new("", "[DONE]".to_owned()));
+    Ok(events)
 }
 
 async fn read_stream(

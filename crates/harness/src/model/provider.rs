@@ -73,6 +73,9 @@ pub struct ModelLimits {
     /// The most bytes a reply may have, counted as they arrive and before any decoding,
     /// error replies included.
     pub response_cap: u64,
+    /// The longest a whole round may take, however steadily the server trickles bytes (a
+    /// keep-alive comment or a token a second would otherwise keep a round alive for ever).
+    pub round_timeout: Duration,
 }
 
 impl ModelLimits {
@@ -80,6 +83,8 @@ impl ModelLimits {
     pub const DEFAULT_RECEIVE_TIMEOUT: Duration = Duration::from_secs(120);
     /// 16 MiB (16,777,216 bytes).
     pub const DEFAULT_RESPONSE_CAP: u64 = 16 * 1024 * 1024;
+    /// 10 minutes.
+    pub const DEFAULT_ROUND_TIMEOUT: Duration = Duration::from_secs(600);
 }
 
 impl Default for ModelLimits {
@@ -87,6 +92,7 @@ impl Default for ModelLimits {
         Self {
             receive_timeout: Self::DEFAULT_RECEIVE_TIMEOUT,
             response_cap: Self::DEFAULT_RESPONSE_CAP,
+            round_timeout: Self::DEFAULT_ROUND_TIMEOUT,
         }
     }
 }
