@@ -147,9 +147,12 @@ fn os_seed() -> u64 {
     hasher.finish()
 }
 
-fn read_snapshot(path: &PathBuf) -> Result<serde_json::Value, String> {
-    let text = std::fs::read_to_string(path)
-        .map_err(|e| format!("cannot read --snapshot {}: {e}", path.display()))?;
+fn read_snapshot(path: &std::path::Path) -> Result<serde_json::Value, String> {
+    let text = promptforge_harness::limits::read_capped_text(
+        path,
+        promptforge_harness::limits::SNAPSHOT_FILE_CAP,
+    )
+    .map_err(|e| format!("--snapshot: {e}"))?;
     let value: serde_json::Value = serde_json::from_str(&text)
         .map_err(|e| format!("--snapshot {} is not JSON: {e}", path.display()))?;
     if !value.is_object() {
@@ -166,7 +169,7 @@ fn context(args: &RunArgs, cancel: Arc<AtomicBool>) -> Result<RunContext, String
     let start_ms = start_instant(args)?;
     let mut ctx = RunContext::new(args.seed.unwrap_or_else(os_seed), start_ms);
     ctx.args = args.run_args.clone();
-    ctx.snapshot = args.snapshot.as_ref().map(read_snapshot).transpose()?;
+    ctx.snapshot = args.snapshot.as_deref().map(read_snapshot).transpose()?;
     ctx.cancel = cancel;
     ctx.concurrency = args.concurrency;
     Ok(ctx)

@@ -6,14 +6,10 @@ use promptforge_syntax::{ParseError, ParseErrorKind};
 
 /// Read a prompt file as UTF-8 text, with an error message fit to show the user.
 pub fn read_prompt(path: &Path) -> Result<String, String> {
-    let bytes = std::fs::read(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
-    String::from_utf8(bytes).map_err(|e| {
-        format!(
-            "{} is not valid UTF-8 (first bad byte at offset {})",
-            path.display(),
-            e.utf8_error().valid_up_to()
-        )
-    })
+    promptforge_harness::limits::read_capped_text(
+        path,
+        promptforge_harness::limits::PROMPT_FILE_CAP,
+    )
 }
 
 /// The line and column to show beside a parse failure. Lua compile failures carry no separate

@@ -169,3 +169,51 @@ fn finalizers_never_run() {
     );
     assert!(elapsed < std::time::Duration::from_secs(1));
 }
+
+/// Every file the Host reads for a run is capped, and only a regular file is read: a FIFO or
+/// a device is refused at once instead of being read for ever.
+#[cfg(unix)]
+#[test]
+fn host_files_are_capped_and_never_read_from_a_pipe_or_device() {
+    let dir = tempfile::tempdir().unwrap();
+    let run = |args: &[&std::ffi::OsStr]| {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_promptforge"));
+        command.arg("run").args(args).stdin(Stdio::null());
+        let started = std::time::Instant::now();
+        let output = command.output().unwrap();
+        assert!(started.elapsed() < std::time::Duration::from_secs(20));
+        (
+            output.status.code(),
+            String::from_utf8_lossy(&output.stderr).into_owned(),
+        )
+    };
+    let big = dir.path().join("big.md");
+    std::fs::write(&big, vec![b'\n'; 1024 * 1024 + 1]).unwrap();
+    let (code, stderr) = run(&[big.as_os_str()]);
+    assert_eq!(code, Some(2));
+    assert!(
+        stderr.contains("is larger than the 1048576-byte limit for this file"),
+        "{stderr}"
+    );
+    let fifo = dir.path().join("fifo.md");
+    assert!(
+        Command::new("mkfifo")
+            .arg(&fifo)
+            .status()
+            .unwrap()
+            .success()
+    );
+    let (code, stderr) = run(&[fifo.as_os_str()]);
+    assert_eq!(code, Some(2));
+    assert!(stderr.contains("is not a regular file"), "{stderr}");
+    let ok = prompt(dir.path(), "return 'ok'");
+    for flag in ["--snapshot", "--script", "--web-script"] {
+        let (code, stderr) = run(&[
+            ok.as_os_str(),
+            std::ffi::OsStr::new(flag),
+            std::ffi::OsStr::new("/dev/zero"),
+        ]);
+        assert_eq!(code, Some(2), "{flag}: {stderr}");
+        assert!(stderr.contains("is not a regular file"), "{flag}: {stderr}");
+    }
+}

@@ -35,6 +35,9 @@ pub(crate) struct Fanout {
     items: Vec<Json>,
     ends: Vec<Option<ArmEnd>>,
     remaining: usize,
+    /// The bytes of the results gathered so far: they are delivered into the caller's VM,
+    /// so more than its memory ceiling fails the fanout before they pile up here.
+    bytes: usize,
 }
 
 impl Run {
@@ -88,6 +91,7 @@ impl Run {
                 items,
                 ends: (0..count).map(|_| None).collect(),
                 remaining: count,
+                bytes: 0,
             },
         );
         s.wait = Some(TaskWait::Fanout(id));
@@ -102,8 +106,14 @@ impl Run {
         };
         let failure = match end {
             Ok(text) => {
-                fan.ends[index] = Some(ArmEnd::Done(text));
-                None
+                fan.bytes = fan.bytes.saturating_add(text.len());
+                if fan.bytes > promptforge_lua::vm::MEMORY_LIMIT {
+                    // The caller could never hold them: fail as its VM would, at once.
+                    Some(LuaFailure::lua("not enough memory"))
+                } else {
+                    fan.ends[index] = Some(ArmEnd::Done(text));
+                    None
+                }
             }
             Err(failure) if is_exhausted(&failure) => {
                 fan.ends[index] = Some(ArmEnd::Exhausted);

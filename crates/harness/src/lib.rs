@@ -4,6 +4,7 @@
 //! providers over HTTP (and the scripted model), store backends (memory and a directory on
 //! disk), and the Host's model catalog. Nothing here decides what a prompt means.
 
+pub mod limits;
 pub mod model;
 pub mod store;
 pub mod web;

@@ -180,6 +180,8 @@ impl std::error::Error for SubstitutionError {}
 pub enum RenderError {
     /// A placeholder failed with one of the substitution kinds.
     Substitution(SubstitutionError),
+    /// The text would not fit in the VM that receives it (`not enough memory`, as Lua says).
+    OutOfMemory,
     /// `{{ sys.{name} }}` named a field `sys` does not have here. The seed of chapter 05 makes
     /// this the same runtime error a Lua read raises, `unknown sys field '{name}'` (caught, it
     /// reads `runtime error: unknown sys field '{name}'`, ruling 3), not a substitution kind.
@@ -202,6 +204,7 @@ impl RenderError {
             Self::Substitution(e) => e.text(),
             Self::UnknownSysField { name, .. } => unknown_sys_field_message(name),
             Self::Lua(e) => e.to_string(),
+            Self::OutOfMemory => "not enough memory".to_owned(),
         }
     }
 }
@@ -251,6 +254,29 @@ pub fn display_path(path: &str) -> String {
 
 /// Fills every placeholder in `template` (a block's pending prose) in one left-to-right pass.
 pub fn render(template: &str, sources: &Sources<'_>) -> Result<String, RenderError> {
+    render_within(template, sources, usize::MAX)
+}
+
+/// [`render`], failing with [`RenderError::OutOfMemory`] as soon as the text would pass
+/// `budget` bytes (the room left in the VM that receives it), so a placeholder repeated many
+/// times never builds more than the VM could hold.
+pub fn render_within(
+    template: &str,
+    sources: &Sources<'_>,
+    budget: usize,
+) -> Result<String, RenderError> {
+    let out = render_unchecked(template, sources, budget)?;
+    if out.len() > budget {
+        return Err(RenderError::OutOfMemory);
+    }
+    Ok(out)
+}
+
+fn render_unchecked(
+    template: &str,
+    sources: &Sources<'_>,
+    budget: usize,
+) -> Result<String, RenderError> {
     let bytes = template.as_bytes();
     let mut out = String::with_capacity(template.len());
     let mut literal_start = 0;
@@ -285,7 +311,11 @@ pub fn render(template: &str, sources: &Sources<'_>) -> Result<String, RenderErr
                     ));
                 };
                 let body = &template[body_start..body_start + len];
-                out.push_str(&resolve(body, open, sources)?);
+                let value = resolve(body, open, sources)?;
+                if out.len().saturating_add(value.len()) > budget {
+                    return Err(RenderError::OutOfMemory);
+                }
+                out.push_str(&value);
                 i = body_start + len + 2;
                 literal_start = i;
             }

@@ -193,6 +193,11 @@ pub struct LuaFailure {
 }
 
 impl LuaFailure {
+    /// An ordinary Lua failure with this message (run error kind `Lua`).
+    pub fn lua(message: impl Into<String>) -> Self {
+        Self::new(FailureKind::Lua, message)
+    }
+
     fn new(kind: FailureKind, message: impl Into<String>) -> Self {
         LuaFailure {
             kind,
@@ -758,7 +763,10 @@ impl SectionVm {
                         };
                         match render_prose(lua, &s, &template)? {
                             Ok(text) => {
-                                let value = lua.create_string(&text)?;
+                                // Out of room for the text: Lua's own memory error, one line.
+                                let Ok(value) = lua.create_string(&text) else {
+                                    return (Value::Nil, "not enough memory").into_lua_multi(lua);
+                                };
                                 s.borrow_mut().prose = Prose::Rendered(text);
                                 (value, Value::Nil).into_lua_multi(lua)
                             }
@@ -1442,7 +1450,8 @@ fn render_prose(
         sys: &sys_lookup,
         globals: lua.globals(),
     };
-    Ok(substitution::render(template, &sources).map_err(|e| e.message()))
+    let budget = MEMORY_LIMIT.saturating_sub(lua.used_memory());
+    Ok(substitution::render_within(template, &sources, budget).map_err(|e| e.message()))
 }
 
 /// The read-back failure for a reassigned `var`.

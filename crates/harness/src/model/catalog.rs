@@ -399,13 +399,26 @@ impl Catalog {
     pub fn load(sources: &ConfigSources) -> Result<Self, CatalogError> {
         let mut catalog = Self::empty();
         for path in [&sources.user, &sources.project].into_iter().flatten() {
-            let text = match std::fs::read_to_string(path) {
-                Ok(text) => text,
-                Err(err) if err.kind() == std::io::ErrorKind::NotFound => continue,
-                Err(err) => {
+            let text = match crate::limits::read_capped(path, crate::limits::CONFIG_FILE_CAP) {
+                Ok(bytes) => String::from_utf8(bytes).map_err(|_| CatalogError::Read {
+                    path: path.clone(),
+                    message: "the file is not valid UTF-8".to_owned(),
+                })?,
+                Err(crate::limits::ReadError::Io(err))
+                    if err.kind() == std::io::ErrorKind::NotFound =>
+                {
+                    continue;
+                }
+                Err(crate::limits::ReadError::Io(err)) => {
                     return Err(CatalogError::Read {
                         path: path.clone(),
                         message: err.to_string(),
+                    });
+                }
+                Err(other) => {
+                    return Err(CatalogError::Read {
+                        path: path.clone(),
+                        message: other.describe(path),
                     });
                 }
             };

@@ -200,8 +200,19 @@ impl Script {
 
     /// Read and parse a script file.
     pub fn load(path: &Path) -> Result<Self, ScriptError> {
-        let text = std::fs::read_to_string(path).map_err(|e| {
-            ScriptError::new(format!("cannot read the script {}: {e}", path.display()))
+        let bytes =
+            crate::limits::read_capped(path, crate::limits::SCRIPT_FILE_CAP).map_err(|e| {
+                let detail = match e {
+                    crate::limits::ReadError::Io(err) => err.to_string(),
+                    other => other.describe(path),
+                };
+                ScriptError::new(format!(
+                    "cannot read the script {}: {detail}",
+                    path.display()
+                ))
+            })?;
+        let text = String::from_utf8(bytes).map_err(|_| {
+            ScriptError::new(format!("the script {} is not valid UTF-8", path.display()))
         })?;
         Self::parse(&text)
             .map_err(|e| ScriptError::new(format!("script {}: {}", path.display(), e.message)))

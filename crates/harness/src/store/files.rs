@@ -71,10 +71,16 @@ pub fn place_input_file(
     store_path: &str,
     host_file: &Path,
 ) -> Result<(), TransferError> {
-    let bytes = std::fs::read(host_file).map_err(|source| TransferError::ReadHost {
-        path: host_file.to_path_buf(),
-        source,
-    })?;
+    let bytes =
+        crate::limits::read_capped(host_file, crate::limits::INPUT_FILE_CAP).map_err(|err| {
+            TransferError::ReadHost {
+                path: host_file.to_path_buf(),
+                source: match err {
+                    crate::limits::ReadError::Io(source) => source,
+                    other => io::Error::other(other.describe(host_file)),
+                },
+            }
+        })?;
     store.seed(store_path, &bytes)?;
     Ok(())
 }

@@ -246,7 +246,7 @@ impl ScriptedNetwork {
 
     /// Read and parse a web script file.
     pub fn load(path: &Path) -> Result<Self, String> {
-        let text = std::fs::read_to_string(path).map_err(|e| e.to_string())?;
+        let text = crate::limits::read_capped_text(path, crate::limits::SCRIPT_FILE_CAP)?;
         Self::parse(&text)
     }
 
