@@ -17,7 +17,7 @@ use promptforge_engine::protocol::{
 };
 use promptforge_engine::{Event, Outcome, Run};
 use promptforge_harness::model::{
-    ModelDescription, ModelError, ModelProvider, reply_answer, round_request,
+    ModelDescription, ModelError, ModelProvider, ReplyObserver, reply_answer, round_request,
 };
 use promptforge_harness::store::Store;
 use promptforge_harness::web::WebPlugin;
@@ -97,6 +97,32 @@ pub struct Host {
     terminal: Option<std::sync::mpsc::Sender<(EffectId, AskShape)>>,
     /// Questions the run withdrew (a cancelled task's): the terminal thread skips them.
     withdrawn: Withdrawn,
+    /// Report Host events (a model round's retries) as JSON lines (`--events`).
+    json_events: bool,
+}
+
+/// Watches a model round in flight for the Host: its retries are reported on stderr, so a
+/// round waiting out a rate limit never looks hung.
+struct RoundWatch {
+    effect: EffectId,
+    json: bool,
+}
+
+impl ReplyObserver for RoundWatch {
+    fn retry(&self, attempt: u32, wait: std::time::Duration, error: &ModelError) {
+        if self.json {
+            eprintln!(
+                "{}",
+                json!({"host_event": "model_retry", "effect": self.effect, "attempt": attempt,
+                       "wait_ms": wait.as_millis() as u64, "reason": error.to_string()})
+            );
+        } else {
+            eprintln!(
+                "note: {error}; sending the model round again in {:.1} s (retry {attempt})",
+                wait.as_secs_f64()
+            );
+        }
+    }
 }
 
 /// The ids of withdrawn questions, shared with the terminal thread.
@@ -151,7 +177,14 @@ impl Host {
             rx,
             terminal: None,
             withdrawn: Arc::default(),
+            json_events: false,
         })
+    }
+
+    /// Report Host events as JSON lines on stderr (with `--events`), else as notes.
+    pub fn json_events(mut self, on: bool) -> Self {
+        self.json_events = on;
+        self
     }
 
     /// The run's store (to collect the output file after the run).
@@ -319,10 +352,14 @@ impl Host {
         let provider = model.provider.clone();
         let tx = self.tx.clone();
         let infer = round.infer;
+        let watch = RoundWatch {
+            effect: id,
+            json: self.json_events,
+        };
         Started::Task(
             self.runtime
                 .spawn(async move {
-                    let result = provider.complete(&request).await;
+                    let result = provider.stream(&request, &watch).await;
                     let _ = tx.send(HostMessage::Answer(id, round_answer(infer, result)));
                 })
                 .abort_handle(),

@@ -399,7 +399,8 @@ fn execute(
         operator,
         ctx.cancel.clone(),
         messages,
-    )?;
+    )?
+    .json_events(args.events);
     let mut run = Run::new(Arc::new(prompt), ctx);
     let (events, json) = (args.events, args.json);
     let outcome = host.drive(&mut run, &mut |event| show_event(event, events, json));

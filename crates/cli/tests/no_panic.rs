@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use proptest::prelude::*;
 use proptest::test_runner::TestCaseError;
-use serde_json::{Map, Number, Value};
+use serde_json::{Map, Number, Value, json};
 
 /// How long one run may take before it counts as hung (every generated case runs in well under
 /// a second; the margin is for a loaded machine).
@@ -390,6 +390,15 @@ const VALUES: &[&str] = &[
     "setmetatable({}, { __metatable = 'locked' })",
     "setmetatable({}, { __len = function() return 'x' end })",
     "setmetatable({}, { __concat = function() error('no concat') end })",
+    "setmetatable({}, { __len = function() return math.maxinteger end })",
+    "setmetatable({}, { __len = function() return math.mininteger end })",
+    "setmetatable({ 'a' }, { __len = function() return 2^40 end })",
+    "setmetatable({}, { __len = function() error('no length') end })",
+    "setmetatable({}, { __gc = function() while true do end end })",
+    "models.get('w')",
+    "messages.new()",
+    "{ { role = 'user', content = 'hi' } }",
+    "{ { role = 'user', content = { { type = 'text', text = 'x' } } } }",
     "_G",
     "var",
     "sys",
@@ -443,6 +452,45 @@ const TEMPLATES: &[&str] = &[
     "local _ = call('## Items', @V@)",
     "jump(@V@)",
     "local _ = untrusted(@V@)",
+    "local _ = store.read(@V@)",
+    "store.write(@V@, 'x')",
+    "store.write('f.txt', @V@)",
+    "store.append('f.txt', @V@)",
+    "local _ = store.str_replace('f.txt', @V@, 'y')",
+    "local _ = store.glob(@V@)",
+    "local _ = store.exists(@V@)",
+    "store.delete(@V@)",
+    "local _ = store.read_numbered('f.txt', @V@)",
+    "local _ = models.use(@V@)",
+    "local _ = models.use('w', @V@)",
+    "models.default(@V@)",
+    "local _ = models.get(@V@)",
+    "local _ = models.infer(@V@)",
+    "local _ = models.loop(@V@)",
+    "local _ = models.loop(messages.new(), @V@)",
+    "local m = messages.new() m:user(@V@) local _ = models.loop(m)",
+    "local _ = tools.call(@V@, {})",
+    "local _ = tools.call('fetch', @V@)",
+    "tools.add(@V@)",
+    "tools.always(@V@)",
+    "tools.add_local(@V@)",
+    "tools.add_local({ name = 'l', description = 'd', handler = @V@ })",
+    "local _ = tasks.spawn(@V@)",
+    "local _ = tasks.spawn('### Worker', @V@)",
+    "local _ = tasks.join(@V@)",
+    "local _ = tasks.join_any(@V@)",
+    "local _ = tasks.status(@V@)",
+    "tasks.cancel(@V@)",
+    "tasks.concurrency(@V@)",
+    "local _ = tasks.ready(@V@)",
+    "local _ = table.concat(@V@)",
+    "local _ = table.unpack(@V@)",
+    "local _ = table.move(@V@, 1, 3, 2)",
+    "table.sort(@V@)",
+    "local _ = string.rep(@V@, 3)",
+    "local _ = string.format('%s %d', @V@, 1)",
+    "local _ = #@V@",
+    "local _ = ui(@V@)",
 ];
 
 /// Statements that need no value.
@@ -653,6 +701,9 @@ fn lua_prompt() -> impl Strategy<Value = String> {
                 if declared {
                     text.push_str("args:\n  query:\n    type: string\n");
                 }
+                text.push_str(
+                    "models:\n  w: {}\nplugins: [promptforge/web]\ntools:\n  fetch: promptforge/web/fetch\n",
+                );
                 text.push_str("---\n\n# Fuzz Lua\n\n");
                 if let Some(shared) = shared {
                     text.push_str(&format!("```lua shared\n{shared}```\n\n"));
@@ -685,6 +736,20 @@ proptest! {
         let dir = scratch();
         let prompt = write_file(&dir, "prompt.md", &text);
         let mut extra = vec!["--args={\"query\":\"q\"}".to_owned()];
+        let script = write_file(
+            &dir,
+            "script.json",
+            r#"{"model": {"id": "fuzz"}, "replies": [{"echo": true}, "two", {"tool_calls": [{"id": "c1", "name": "fetch", "arguments": {"url": "https://e.com/"}}]}, {"echo": true}, {"fail": "overflow"}, {"fail": "status", "status": 503}]}"#,
+        );
+        let web = write_file(
+            &dir,
+            "web.json",
+            r#"{"dns": {"e.com": ["93.184.215.14"]}, "pages": {"https://e.com/": {"status": 200, "headers": {"content-type": "text/html"}, "body": "<p>hi</p>"}}, "search": []}"#,
+        );
+        for (flag, file) in [("--script", &script), ("--web-script", &web)] {
+            extra.push(flag.to_owned());
+            extra.push(file.to_string_lossy().into_owned());
+        }
         if with_snapshot {
             let snapshot = write_file(&dir, "snapshot.json", "{\"selected_model\":\"m\",\"n\":null}");
             extra.push("--snapshot".to_owned());
@@ -790,6 +855,103 @@ proptest! {
         let file = write_file(&dir, "snapshot.json", &text);
         let prompt = write_file(&dir, "prompt.md", SNAPSHOT_PROMPT);
         let ran = run(&prompt, &["--snapshot".to_owned(), file.to_string_lossy().into_owned()])?;
+        check(&ran, &prompt, true)?;
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// (d) scripted model and scripted web files
+// ---------------------------------------------------------------------------------------------
+
+/// Random script and web-script files: JSON values of every shape, near-misses of the real
+/// formats included. A file the Host cannot use is a usage error (exit 2); any other run ends
+/// with one outcome.
+fn script_text() -> impl Strategy<Value = String> {
+    let reply = prop_oneof![
+        json_value(),
+        Just(json!({"echo": true})),
+        Just(json!({"fail": "status", "status": 503})),
+        Just(json!({"fail": "overflow"})),
+        Just(json!({"text": "", "finish_reason": "length"})),
+        json_value().prop_map(
+            |v| json!({"text": "t", "tool_calls": [{"id": "c", "name": "fetch", "arguments": v}]})
+        ),
+        json_value().prop_map(|v| json!({"when": v, "text": "w"})),
+        json_value().prop_map(|v| json!({"when_tool": v, "text": "w"})),
+        json_value().prop_map(|v| json!({"text": "u", "usage": v})),
+    ];
+    let model = prop_oneof![
+        Just(json!({"id": "fuzz"})),
+        json_value().prop_map(|v| json!({"id": "fuzz", "context": v})),
+        json_value().prop_map(|v| json!({"id": "fuzz", "thinking": v})),
+        json_value(),
+    ];
+    (
+        prop::option::of(model),
+        prop::collection::vec(reply, 0..5),
+        any::<bool>(),
+    )
+        .prop_map(|(model, replies, raw)| {
+            if raw {
+                return json!(replies).to_string();
+            }
+            let mut script = json!({"replies": replies});
+            if let Some(model) = model {
+                script["model"] = model;
+            }
+            script.to_string()
+        })
+}
+
+fn web_text() -> impl Strategy<Value = String> {
+    let page = prop_oneof![
+        json_value(),
+        Just(json!({"status": 200, "headers": {"content-type": "text/plain"}, "body": "ok"})),
+        json_value().prop_map(|v| json!({"status": v, "headers": {"content-type": "text/html"}})),
+        json_value().prop_map(|v| json!({"status": 301, "headers": {"location": v}})),
+        json_value().prop_map(|v| json!({"status": 200, "headers": v, "body": "b"})),
+        json_value().prop_map(|v| json!({"status": 200, "body_base64": v})),
+        json_value().prop_map(|v| json!({"timeout": v})),
+        json_value().prop_map(|v| json!({"status": 200, "body": "abc", "break_after": v})),
+    ];
+    let dns = prop_oneof![
+        Just(json!(["93.184.215.14"])),
+        Just(json!("fail")),
+        json_value(),
+    ];
+    (dns, page, prop::option::of(json_value())).prop_map(|(dns, page, search)| {
+        let mut web = json!({"dns": {"e.com": dns}, "pages": {"https://e.com/": page}});
+        if let Some(search) = search {
+            web["search"] = search;
+        }
+        web.to_string()
+    })
+}
+
+const SCRIPTED_PROMPT: &str = "---\nname: fuzz-files\ndescription: d\npromptforge: 0\nmodels:\n  w: {}\n\
+plugins: [promptforge/web]\ntools:\n  fetch: promptforge/web/fetch\n  search: promptforge/web/search\n---\n\n\
+# Fuzz files\n\n## Main\n\n```lua\nmodels.default('w')\ntools.add({'fetch', 'search'})\n\
+local a = pcall(models.infer, 'hello')\nlocal m = messages.new()\nm:user('go')\n\
+local b = pcall(models.loop, m)\nlocal c = pcall(tools.call, 'fetch', { url = 'https://e.com/' })\n\
+local d = pcall(tools.call, 'search', { query = 'q' })\n\
+return tostring(a) .. tostring(b) .. tostring(c) .. tostring(d)\n```\n";
+
+proptest! {
+    #![proptest_config(config(128))]
+
+    #[test]
+    fn script_and_web_files_never_panic(script in script_text(), web in web_text()) {
+        let dir = scratch();
+        let prompt = write_file(&dir, "prompt.md", SCRIPTED_PROMPT);
+        let script = write_file(&dir, "script.json", &script);
+        let web = write_file(&dir, "web.json", &web);
+        let extra = vec![
+            "--script".to_owned(),
+            script.to_string_lossy().into_owned(),
+            "--web-script".to_owned(),
+            web.to_string_lossy().into_owned(),
+        ];
+        let ran = run(&prompt, &extra)?;
         check(&ran, &prompt, true)?;
     }
 }

@@ -534,3 +534,87 @@ fn without_a_search_backend_the_plugin_names_the_missing_service() {
     let outcome = run(dir.path(), plain, &[], &[]);
     assert_eq!(outcome["result"], "ok", "{outcome}");
 }
+
+/// Answers 429 (Retry-After 0) once, then like `openai` round 2.
+async fn limited_once(
+    State(seen): State<Seen>,
+    uri: Uri,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let n = record(&seen, &uri, &headers, &body);
+    if n == 1 {
+        return Response::builder()
+            .status(StatusCode::TOO_MANY_REQUESTS)
+            .header("retry-after", "0")
+            .header("content-type", "application/json")
+            .body(Body::from(r#"{"error": {"message": "slow down"}}"#))
+            .unwrap();
+    }
+    let value = json!({"id": "c", "object": "chat.completion.chunk", "created": 1, "model": "fake",
+                       "choices": [{"index": 0, "delta": {"role": "assistant", "content": "after the wait"},
+                                    "finish_reason": "stop"}]});
+    Response::builder()
+        .status(StatusCode::OK)
+        .header("content-type", "text/event-stream")
+        .body(Body::from(format!("data: {value}\n\ndata: [DONE]\n\n")))
+        .unwrap()
+}
+
+#[test]
+fn a_rate_limited_round_is_retried_and_each_retry_is_an_event() {
+    let fake = Fake::start(|seen| {
+        Router::new()
+            .route("/v1/chat/completions", post(limited_once))
+            .with_state(seen)
+    });
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("promptforge.toml"),
+        format!(
+            "[models.fake]\nprovider = \"openai\"\nmodel = \"fake\"\nbase_url = \"{}/v1\"\napi_key_env = \"\"\n",
+            fake.base
+        ),
+    )
+    .unwrap();
+    std::fs::write(
+        dir.path().join("prompt.md"),
+        "---\nname: r\ndescription: d\npromptforge: 0\nmodels:\n  w: {}\n---\n\n# R\n\n## Main\n\n```lua\nmodels.default('w')\nreturn models.infer('hi')\n```\n",
+    )
+    .unwrap();
+    let output = Command::new(env!("CARGO_BIN_EXE_promptforge"))
+        .current_dir(dir.path())
+        .args([
+            "run",
+            "prompt.md",
+            "--json",
+            "--events",
+            "--model",
+            "fake",
+            "--store",
+        ])
+        .arg(dir.path().join("store"))
+        .env("XDG_CONFIG_HOME", dir.path().join("xdg"))
+        .env("NO_PROXY", "127.0.0.1,localhost")
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stdout.contains(r#""result":"after the wait""#),
+        "{stdout}\n{stderr}"
+    );
+    let retry: Value = stderr
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .find(|v| v["host_event"] == "model_retry")
+        .unwrap_or_else(|| panic!("no retry event in:\n{stderr}"));
+    assert_eq!(retry["attempt"], 1);
+    assert_eq!(retry["wait_ms"], 0);
+    assert_eq!(
+        retry["reason"],
+        "the model backend is limiting the request rate (status 429)"
+    );
+    assert_eq!(fake.seen.lock().unwrap().len(), 2);
+}

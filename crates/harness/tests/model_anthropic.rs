@@ -265,7 +265,14 @@ fn provider_with(
 }
 
 fn provider(server: &FakeServer) -> AnthropicProvider {
-    provider_with(server, AnthropicOptions::default(), ModelLimits::default())
+    provider_with(
+        server,
+        AnthropicOptions::default(),
+        ModelLimits {
+            retries: 0,
+            ..ModelLimits::default()
+        },
+    )
 }
 
 fn ev(value: Value) -> String {

@@ -52,6 +52,8 @@ pub enum Step {
     Json(Value),
     /// A redirect with this status to this location.
     Redirect(u16, String),
+    /// This error status with a `Retry-After` of this many seconds.
+    RetryAfter(u16, String),
 }
 
 /// A server-sent event with only a data line.
@@ -236,6 +238,12 @@ async fn respond(mut step: Step) -> Response {
             .status(StatusCode::from_u16(status).unwrap())
             .header("location", location)
             .body(Body::from("moved"))
+            .unwrap(),
+        Step::RetryAfter(status, seconds) => Response::builder()
+            .status(StatusCode::from_u16(status).unwrap())
+            .header("retry-after", seconds)
+            .header("content-type", "application/json")
+            .body(Body::from(r#"{"error": {"message": "slow down"}}"#))
             .unwrap(),
         Step::Delay(..) => unreachable!("delays are unwrapped above"),
     }

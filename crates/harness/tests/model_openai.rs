@@ -200,8 +200,12 @@ fn validator() -> Validator {
     Arc::new(|headers, body, _round| check_request(headers, body))
 }
 
+/// The limits most tests use: no retries, so each scripted failure is the round's own.
 fn limits() -> ModelLimits {
-    ModelLimits::default()
+    ModelLimits {
+        retries: 0,
+        ..ModelLimits::default()
+    }
 }
 
 async fn start(steps: Vec<Step>) -> FakeServer {
@@ -627,7 +631,7 @@ async fn thinking_switch_maps_to_each_servers_parameter() {
 fn short_timeout() -> ModelLimits {
     ModelLimits {
         receive_timeout: Duration::from_millis(300),
-        ..ModelLimits::default()
+        ..limits()
     }
 }
 
@@ -962,4 +966,72 @@ async fn a_whole_json_reply_to_a_streaming_request_is_accepted() {
         json!({"url": "https://e.com"})
     );
     assert_eq!(reply.finish_reason, Some(FinishReason::ToolCalls));
+}
+
+/// Records the retries a provider reports.
+#[derive(Default)]
+struct Retries(Mutex<Vec<(u32, Duration, ModelError)>>);
+
+impl ReplyObserver for Retries {
+    fn retry(&self, attempt: u32, wait: Duration, error: &ModelError) {
+        self.0.lock().unwrap().push((attempt, wait, error.clone()));
+    }
+}
+
+#[tokio::test]
+async fn rate_limits_and_server_errors_are_retried_with_backoff_and_retry_after() {
+    let server = start(vec![
+        Step::RetryAfter(429, "0".into()),
+        Step::RetryAfter(503, "0.2".into()),
+        sse(vec![
+            chunk(json!({"content": "late but fine"}), Some("stop")),
+            done(),
+        ]),
+    ])
+    .await;
+    let provider = provider_with(&server, OpenAiOptions::default(), ModelLimits::default());
+    let seen = Retries::default();
+    let reply = provider.stream(&hello(), &seen).await.unwrap();
+    assert_eq!(reply.text, "late but fine");
+    let retries = seen.0.lock().unwrap().clone();
+    assert_eq!(
+        retries,
+        vec![
+            (1, Duration::ZERO, ModelError::RateLimited),
+            (
+                2,
+                Duration::from_millis(200),
+                ModelError::Overloaded { status: 503 }
+            ),
+        ]
+    );
+    assert_eq!(server.requests().len(), 3);
+
+    // Past the retries, the last failure is the round's; a quota is never retried.
+    let server = start(vec![
+        Step::RetryAfter(500, "0".into()),
+        Step::RetryAfter(500, "0".into()),
+    ])
+    .await;
+    let limits = ModelLimits {
+        retries: 1,
+        ..ModelLimits::default()
+    };
+    let provider = provider_with(&server, OpenAiOptions::default(), limits);
+    assert_eq!(
+        provider.complete(&hello()).await.unwrap_err(),
+        ModelError::ServerFault { status: 500 }
+    );
+    assert_eq!(server.requests().len(), 2);
+    let server = start(vec![status(
+        429,
+        r#"{"error": {"message": "You exceeded your current quota"}}"#,
+    )])
+    .await;
+    let provider = provider_with(&server, OpenAiOptions::default(), ModelLimits::default());
+    assert_eq!(
+        provider.complete(&hello()).await.unwrap_err(),
+        ModelError::QuotaSpent
+    );
+    assert_eq!(server.requests().len(), 1);
 }

@@ -147,6 +147,7 @@ impl AnthropicProvider {
             self.limits,
             &self.hint,
             whole_reply,
+            observer,
         )
         .await?;
         read_stream(events, observer).await

@@ -115,6 +115,8 @@ pub struct ModelEntry {
     pub thinking_budget: Option<u32>,
     /// The longest one round may take, in seconds (at least 1); default 600.
     pub round_timeout: Option<u64>,
+    /// How many times a round is retried after a 429 or 5xx; default 2, 0 for none.
+    pub retries: Option<u32>,
     /// The file the entry came from (`None` for a quick id).
     #[serde(skip)]
     pub source: Option<PathBuf>,
@@ -661,6 +663,9 @@ impl Catalog {
                 });
             }
             limits.round_timeout = std::time::Duration::from_secs(seconds);
+        }
+        if let Some(retries) = entry.retries {
+            limits.retries = retries.min(10);
         }
         let provider: Arc<dyn ModelProvider> = match plan.setup {
             Setup::OpenAi(options) => Arc::new(

@@ -16,7 +16,7 @@ use reqwest::header::{ACCEPT, CONTENT_LENGTH, CONTENT_TYPE, HeaderMap, HeaderVal
 use tokio::time::timeout;
 
 use super::error::{ModelError, OversizeKind, classify_http_failure};
-use super::provider::ModelLimits;
+use super::provider::{ModelLimits, ReplyObserver};
 
 /// A boxed stream of decoded SSE events, failures already classified.
 pub(crate) type EventStream = Pin<Box<dyn Stream<Item = Result<Event, ModelError>> + Send>>;
@@ -81,6 +81,7 @@ pub(crate) fn key_header(text: &str) -> Result<HeaderValue, ModelError> {
 /// (capped, under the same timeout) and classified; a success reply becomes an event stream
 /// whose every chunk is awaited under the timeout and counted against the cap. `hint` is
 /// appended to transport failure details (what to check or set when the endpoint is down).
+#[allow(clippy::too_many_arguments)] // one call site per provider; a struct would only rename them
 pub(crate) async fn post_event_stream(
     client: &reqwest::Client,
     url: &str,
@@ -89,19 +90,44 @@ pub(crate) async fn post_event_stream(
     limits: ModelLimits,
     hint: &str,
     whole: WholeReply,
+    observer: &dyn ReplyObserver,
 ) -> Result<EventStream, ModelError> {
     let body = serde_json::to_vec(body)
         .map_err(|e| ModelError::malformed(format!("could not encode the request: {e}")))?;
-    let request = client
-        .post(url)
-        .headers(headers)
-        .header(CONTENT_TYPE, "application/json")
-        .header(ACCEPT, "text/event-stream")
-        .body(body);
-    let response = match timeout(limits.receive_timeout, request.send()).await {
-        Err(_elapsed) => return Err(ModelError::Timeout),
-        Ok(Err(err)) => return Err(transport(&err, url, hint)),
-        Ok(Ok(response)) => response,
+    let mut attempt = 0;
+    let response = loop {
+        let request = client
+            .post(url)
+            .headers(headers.clone())
+            .header(CONTENT_TYPE, "application/json")
+            .header(ACCEPT, "text/event-stream")
+            .body(body.clone());
+        let response = match timeout(limits.receive_timeout, request.send()).await {
+            Err(_elapsed) => return Err(ModelError::Timeout),
+            Ok(Err(err)) => return Err(transport(&err, url, hint)),
+            Ok(Ok(response)) => response,
+        };
+        let status = response.status().as_u16();
+        if (status == 429 || status >= 500) && attempt < limits.retries {
+            let retry_after = retry_after(&response);
+            let err = read_error_reply(response, limits, url, hint).await;
+            // Only a rate limit or a server's own fault is worth sending again; an error
+            // reply too large to read is not.
+            if !matches!(
+                err,
+                ModelError::RateLimited
+                    | ModelError::Overloaded { .. }
+                    | ModelError::ServerFault { .. }
+            ) {
+                return Err(err);
+            }
+            attempt += 1;
+            let wait = retry_after.unwrap_or(BACKOFF_START * 2u32.saturating_pow(attempt - 1));
+            observer.retry(attempt, wait, &err);
+            tokio::time::sleep(wait).await;
+            continue;
+        }
+        break response;
     };
     let status = response.status();
     if status.is_redirection() {
@@ -145,6 +171,25 @@ pub(crate) async fn post_event_stream(
         move |e| transport(&e, &url, &hint),
     );
     Ok(Box::pin(sse::events(Box::pin(bytes))))
+}
+
+/// The first wait between retries; each next one doubles.
+const BACKOFF_START: std::time::Duration = std::time::Duration::from_secs(1);
+/// The longest `Retry-After` honoured.
+const RETRY_AFTER_CAP: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// A `Retry-After` header in seconds (the HTTP-date form is not used by model APIs), capped.
+fn retry_after(response: &reqwest::Response) -> Option<std::time::Duration> {
+    let seconds: f64 = response
+        .headers()
+        .get(reqwest::header::RETRY_AFTER)?
+        .to_str()
+        .ok()?
+        .trim()
+        .parse()
+        .ok()?;
+    (seconds.is_finite() && seconds >= 0.0)
+        .then(|| std::time::Duration::from_secs_f64(seconds).min(RETRY_AFTER_CAP))
 }
 
 /// Turns a whole (non-streamed) reply document into the events its stream would have held.

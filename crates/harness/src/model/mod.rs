@@ -11,8 +11,9 @@
 //!
 //! The Host picks its current model from the [`Catalog`] (TOML files plus quick ids such as
 //! `openai:gpt-4.1`), which resolves an id to a ready provider and its
-//! [`ModelDescription`]. Nothing here retries: a failed round fails once, and
-//! [`ModelError::retryable`] only tells the Host whether running again may help.
+//! [`ModelDescription`]. The HTTP providers send a round again after a 429 or a 5xx that came
+//! before any of the reply ([`ModelLimits::retries`], reported to
+//! [`ReplyObserver::retry`]); every other failure fails the round once.
 //!
 //! Every model call observes the two Harness limits of chapter 16 ([`ModelLimits`]): a
 //! receive timeout (120 s by default) on the reply headers and on each next body chunk, and a

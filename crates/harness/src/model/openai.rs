@@ -161,6 +161,7 @@ impl OpenAiProvider {
             self.limits,
             &self.hint,
             whole_reply,
+            observer,
         )
         .await?;
         read_stream(events, observer).await

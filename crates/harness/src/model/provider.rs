@@ -16,7 +16,7 @@ pub type ModelFuture<'a> = Pin<Box<dyn Future<Output = Result<Reply, ModelError>
 /// The trait is object-safe (`Arc<dyn ModelProvider>` is the usual handle) and its futures are
 /// `Send`, so the Host can drive rounds from any tokio task. To cancel a round (a Host cancel
 /// or stop), drop its future: the request is abandoned and nothing of the reply lands.
-/// Providers never retry.
+/// HTTP providers retry only as [`ModelLimits::retries`] says.
 pub trait ModelProvider: Send + Sync + Debug {
     /// Run one round, reporting text and reasoning fragments to `observer` as they arrive, in
     /// the order the model streams them. The returned [`Reply`] holds the whole text those
@@ -55,6 +55,12 @@ pub trait ReplyObserver: Send + Sync {
     fn reasoning(&self, fragment: &str) {
         let _ = fragment;
     }
+
+    /// The round is about to be sent again (`attempt` counts from 1) after `wait`, because
+    /// of `error`, so a Host can show that a waiting round is not hung.
+    fn retry(&self, attempt: u32, wait: Duration, error: &ModelError) {
+        let _ = (attempt, wait, error);
+    }
 }
 
 /// A [`ReplyObserver`] that ignores every fragment.
@@ -75,7 +81,12 @@ pub struct ModelLimits {
     pub response_cap: u64,
     /// The longest a whole round may take, however steadily the server trickles bytes (a
     /// keep-alive comment or a token a second would otherwise keep a round alive for ever).
+    /// Retries count toward it.
     pub round_timeout: Duration,
+    /// How many times a round is sent again after a rate limit (429) or a server error (5xx)
+    /// that came before any of the reply; each wait follows the server's `Retry-After` when
+    /// it sends one (at most 60 s), else doubles from 1 s.
+    pub retries: u32,
 }
 
 impl ModelLimits {
@@ -85,6 +96,8 @@ impl ModelLimits {
     pub const DEFAULT_RESPONSE_CAP: u64 = 16 * 1024 * 1024;
     /// 10 minutes.
     pub const DEFAULT_ROUND_TIMEOUT: Duration = Duration::from_secs(600);
+    /// Two retries.
+    pub const DEFAULT_RETRIES: u32 = 2;
 }
 
 impl Default for ModelLimits {
@@ -93,6 +106,7 @@ impl Default for ModelLimits {
             receive_timeout: Self::DEFAULT_RECEIVE_TIMEOUT,
             response_cap: Self::DEFAULT_RESPONSE_CAP,
             round_timeout: Self::DEFAULT_ROUND_TIMEOUT,
+            retries: Self::DEFAULT_RETRIES,
         }
     }
 }
