@@ -109,6 +109,18 @@ struct RoundWatch {
 }
 
 impl ReplyObserver for RoundWatch {
+    fn server_message(&self, status: u16, message: &str) {
+        if self.json {
+            eprintln!(
+                "{}",
+                json!({"host_event": "model_server_message", "effect": self.effect,
+                       "status": status, "message": message})
+            );
+        } else {
+            eprintln!("note: the model server answered {status}: {message}");
+        }
+    }
+
     fn retry(&self, attempt: u32, wait: std::time::Duration, error: &ModelError) {
         if self.json {
             eprintln!(

@@ -1035,3 +1035,29 @@ async fn rate_limits_and_server_errors_are_retried_with_backoff_and_retry_after(
     );
     assert_eq!(server.requests().len(), 1);
 }
+
+/// Records what servers say when they refuse a round.
+#[derive(Default)]
+struct Said(Mutex<Vec<(u16, String)>>);
+
+impl ReplyObserver for Said {
+    fn server_message(&self, status: u16, message: &str) {
+        self.0.lock().unwrap().push((status, message.to_owned()));
+    }
+}
+
+#[tokio::test]
+async fn a_rejected_request_shows_the_providers_own_message() {
+    let server = start(vec![status(
+        400,
+        r#"{"error": {"message": "Unknown parameter: 'foo'.\nSee the docs.", "type": "invalid_request_error"}}"#,
+    )])
+    .await;
+    let said = Said::default();
+    let err = provider(&server).stream(&hello(), &said).await.unwrap_err();
+    assert_eq!(err, ModelError::Rejected { status: 400 });
+    assert_eq!(
+        said.0.lock().unwrap().clone(),
+        vec![(400, "Unknown parameter: 'foo'. See the docs.".to_owned())]
+    );
+}

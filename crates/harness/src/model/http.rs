@@ -110,7 +110,7 @@ pub(crate) async fn post_event_stream(
         let status = response.status().as_u16();
         if (status == 429 || status >= 500) && attempt < limits.retries {
             let retry_after = retry_after(&response);
-            let err = read_error_reply(response, limits, url, hint).await;
+            let err = read_error_reply(response, limits, url, hint, observer).await;
             // Only a rate limit or a server's own fault is worth sending again; an error
             // reply too large to read is not.
             if !matches!(
@@ -144,7 +144,7 @@ pub(crate) async fn post_event_stream(
         });
     }
     if !status.is_success() {
-        return Err(read_error_reply(response, limits, url, hint).await);
+        return Err(read_error_reply(response, limits, url, hint, observer).await);
     }
     if let Some(kind) = response.headers().get(CONTENT_TYPE)
         && let Ok(kind) = kind.to_str()
@@ -263,6 +263,7 @@ async fn read_error_reply(
     limits: ModelLimits,
     url: &str,
     hint: &str,
+    observer: &dyn ReplyObserver,
 ) -> ModelError {
     let status = response.status().as_u16();
     let announced = response
@@ -299,5 +300,31 @@ async fn read_error_reply(
             Err(err) => return err,
         }
     }
-    classify_http_failure(status, &String::from_utf8_lossy(&body))
+    let text = String::from_utf8_lossy(&body);
+    if let Some(message) = provider_message(&text) {
+        observer.server_message(status, &message);
+    }
+    classify_http_failure(status, &text)
+}
+
+/// The provider's own words in an error reply: `error.message` (OpenAI and Anthropic shapes),
+/// or a short plain-text body; one line, control characters dropped, at most 500 characters.
+fn provider_message(body: &str) -> Option<String> {
+    let parsed: Option<serde_json::Value> = serde_json::from_str(body).ok();
+    let message = match &parsed {
+        Some(value) => value
+            .get("error")
+            .and_then(|e| e.get("message").or(Some(e)))
+            .and_then(|m| m.as_str())
+            .or_else(|| value.get("message").and_then(|m| m.as_str()))?
+            .to_owned(),
+        None => body.trim().to_owned(),
+    };
+    let line: String = message
+        .chars()
+        .map(|c| if c.is_control() { ' ' } else { c })
+        .take(500)
+        .collect();
+    let line = line.trim().to_owned();
+    (!line.is_empty()).then_some(line)
 }

@@ -56,6 +56,12 @@ pub trait ReplyObserver: Send + Sync {
         let _ = fragment;
     }
 
+    /// The server refused the round with `status` and said `message` (its own words, one
+    /// line); the round's failure keeps the spec's fixed text, so a Host can show these.
+    fn server_message(&self, status: u16, message: &str) {
+        let _ = (status, message);
+    }
+
     /// The round is about to be sent again (`attempt` counts from 1) after `wait`, because
     /// of `error`, so a Host can show that a waiting round is not hung.
     fn retry(&self, attempt: u32, wait: Duration, error: &ModelError) {
