@@ -6,7 +6,7 @@
 use std::sync::Arc;
 
 use promptforge_lua::vm::{
-    ArgvMode, BlockStep, FailureKind, LuaFailure, SectionVm, VisibleSection, VmConfig,
+    ArgvMode, BlockStep, FailureKind, LuaFailure, SectionVm, VisibleSet, VmConfig,
 };
 use promptforge_syntax::heading_ref::parse_heading_ref;
 use promptforge_syntax::{Block, SectionId};
@@ -119,17 +119,15 @@ impl Run {
         }
     }
 
-    fn visible_from(&self, place: Place) -> Vec<VisibleSection> {
-        self.section_ids_visible_from(place)
-            .iter()
-            .filter_map(|id| {
-                self.prompt.section(*id).map(|s| VisibleSection {
-                    level: usize::from(s.level),
-                    name: s.name.clone(),
-                    items: s.items.clone(),
-                })
-            })
-            .collect()
+    /// The visible set an entry's VM gets: a shared handle, resolved only if it is read.
+    fn visible_from(&self, place: Place) -> VisibleSet {
+        VisibleSet::Prompt {
+            prompt: self.prompt.clone(),
+            place: match place {
+                Place::H1 => None,
+                Place::Section(id) => Some(id),
+            },
+        }
     }
 
     /// Resolve a heading reference against the sections visible from `place`.

@@ -26,7 +26,7 @@ fn config() -> VmConfig {
         var: json!({}),
         sys: json!({"id": "0.1", "when": "2026-01-01T00:00:00Z", "taskid": "0", "section_name": "Main", "execution": "bench", "section_count": 1}),
         snapshot: None,
-        visible: Vec::new(),
+        visible: promptforge_lua::vm::VisibleSet::Listed(std::sync::Arc::from(Vec::new())),
         log_events: 1024,
         cancel: Arc::new(AtomicBool::new(false)),
         region_labels: Arc::from(vec![

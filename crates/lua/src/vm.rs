@@ -83,6 +83,80 @@ pub struct VisibleSection {
     pub items: Option<Vec<String>>,
 }
 
+/// The sections the calling code can address by heading reference. Only `list_from_section`
+/// reads it, so it is resolved on use: entering a section copies nothing that grows with the
+/// prompt (a shared handle on the prompt and the entry's place).
+#[derive(Debug, Clone)]
+pub enum VisibleSet {
+    /// The sections visible from a place in a prompt: `None` is the H1 pass (the top-level
+    /// sections), `Some(id)` a section (its siblings, then its children).
+    Prompt {
+        /// The prompt.
+        prompt: Arc<promptforge_syntax::Prompt>,
+        /// Where the code runs.
+        place: Option<promptforge_syntax::SectionId>,
+    },
+    /// An explicit list (tests and Hosts without a prompt).
+    Listed(Arc<[VisibleSection]>),
+}
+
+/// A visitor of visible sections: `(level, name, items)`; `false` stops the walk.
+type VisitSection<'a> = dyn FnMut(usize, &str, Option<&[String]>) -> bool + 'a;
+
+impl VisibleSet {
+    /// Every visible section, in order: `(level, name, items)`.
+    fn each(&self, f: &mut VisitSection<'_>) {
+        match self {
+            VisibleSet::Listed(list) => {
+                for v in list.iter() {
+                    if !f(v.level, &v.name, v.items.as_deref()) {
+                        return;
+                    }
+                }
+            }
+            VisibleSet::Prompt { prompt, place } => {
+                let visit =
+                    |id: &promptforge_syntax::SectionId, f: &mut VisitSection<'_>| match prompt
+                        .section(*id)
+                    {
+                        Some(s) => f(usize::from(s.level), &s.name, s.items.as_deref()),
+                        None => true,
+                    };
+                match place {
+                    None => {
+                        for id in &prompt.top_level {
+                            if !visit(id, f) {
+                                return;
+                            }
+                        }
+                    }
+                    Some(id) => {
+                        let Some(section) = prompt.section(*id) else {
+                            return;
+                        };
+                        let siblings = match section.parent {
+                            Some(parent) => prompt
+                                .section(parent)
+                                .map_or(&[][..], |p| p.children.as_slice()),
+                            None => prompt.top_level.as_slice(),
+                        };
+                        for sibling in siblings.iter().filter(|s| *s != id) {
+                            if !visit(sibling, f) {
+                                return;
+                            }
+                        }
+                        for child in &section.children {
+                            if !visit(child, f) {
+                                return;
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
 /// How `argv` behaves in this VM.
 #[derive(Debug, Clone, PartialEq)]
 pub enum ArgvMode {
@@ -108,7 +182,7 @@ pub struct VmConfig {
     /// The Host-state snapshot, when the Host supplied one (`ui`).
     pub snapshot: Option<Json>,
     /// The sections `list_from_section` can reach.
-    pub visible: Vec<VisibleSection>,
+    pub visible: VisibleSet,
     /// Log checkpoints allowed in this VM.
     pub log_events: u32,
     /// Raised by the Host to cancel; polled from every coroutine.
@@ -249,7 +323,7 @@ struct Shared {
     log_events_left: u32,
     log_bytes_left: u64,
     logs: Vec<String>,
-    visible: Vec<VisibleSection>,
+    visible: VisibleSet,
     snapshot: Option<Json>,
     cancel: Arc<AtomicBool>,
     site: ErrorSite,
@@ -1314,7 +1388,7 @@ fn check_calls(calls: &Json) -> Result<(), String> {
 /// `list_from_section(heading)`: the items of a list section in the caller's visible set.
 fn list_from_section(
     lua: &Lua,
-    visible: &[VisibleSection],
+    visible: &VisibleSet,
     heading: &Value,
 ) -> mlua::Result<Result<Table, String>> {
     let text = match heading {
@@ -1330,26 +1404,32 @@ fn list_from_section(
         Ok(r) => r,
         Err(e) => return Ok(Err(e.to_string())),
     };
-    let Some(section) = visible
-        .iter()
-        .find(|v| v.level == reference.level && v.name == reference.name)
-    else {
-        let list = visible
-            .iter()
-            .map(|v| format!("{} {}", "#".repeat(v.level), v.name))
-            .collect::<Vec<_>>()
-            .join(", ");
+    let mut found: Option<Option<Vec<String>>> = None;
+    visible.each(&mut |level, name, items| {
+        if level == reference.level && name == reference.name {
+            found = Some(items.map(<[String]>::to_vec));
+            return false;
+        }
+        true
+    });
+    let Some(items) = found else {
+        let mut list = Vec::new();
+        visible.each(&mut |level, name, _| {
+            list.push(format!("{} {}", "#".repeat(level), name));
+            true
+        });
         return Ok(Err(format!(
-            "section heading `{reference}` not found; available sections: {list}"
+            "section heading `{reference}` not found; available sections: {}",
+            list.join(", ")
         )));
     };
-    match &section.items {
+    match items {
         Some(items) => Ok(Ok(
             lua.create_sequence_from(items.iter().map(String::as_str))?
         )),
         None => Ok(Err(format!(
             "section `{}` has no pre-parsed items",
-            section.name
+            reference.name
         ))),
     }
 }
@@ -1478,11 +1558,11 @@ mod tests {
                         "section_name": "Main", "execution": "t", "section_count": 1,
                         "nothing": null}),
             snapshot: Some(json!({"selected_model": "m-1", "gone": null})),
-            visible: vec![VisibleSection {
+            visible: VisibleSet::Listed(Arc::from(vec![VisibleSection {
                 level: 2,
                 name: "Items".into(),
                 items: Some(vec!["a".into(), "b".into()]),
-            }],
+            }])),
             log_events: 3,
             cancel: Arc::new(AtomicBool::new(false)),
             region_labels: Arc::from(vec!["section `Main` prologue".to_owned()]),
