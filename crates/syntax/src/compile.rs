@@ -1,11 +1,13 @@
 //! Compiling Lua regions at parse time with Lua 5.5.
 //!
 //! Each region is compiled once, with debug information, under its location label as the chunk
-//! name, and kept as bytecode that every section VM loads later. The source handed to the
-//! compiler is padded with one newline per file line above the region, so every line number
-//! Lua reports (compile diagnostics, runtime errors, tracebacks) is already the absolute
-//! prompt-file line: `file line = first Lua line + line inside the block - 1` holds by
-//! construction and no message ever needs rewriting.
+//! name, and kept as bytecode that every section VM loads later. Every line number Lua reports
+//! (compile diagnostics, runtime errors, tracebacks) is the absolute prompt-file line, so no
+//! message ever needs rewriting: a region is compiled from its own source and its dump's line
+//! information is then moved down to where the region starts (`relines`), which keeps the
+//! cost of a region independent of how far down the file it sits. A region that does not
+//! compile is compiled again from source padded with one newline per file line above it, so
+//! the diagnostic names the file line; so is one whose dump the rewriter does not recognise.
 
 use std::sync::Arc;
 
@@ -49,6 +51,33 @@ impl Compiler {
         first_line: u32,
         source: String,
     ) -> Result<LuaRegion, ParseError> {
+        let offset = first_line.saturating_sub(1);
+        let direct = self
+            .lua
+            .load(source.as_str())
+            .set_name(label.clone())
+            .set_mode(ChunkMode::Text)
+            .into_function();
+        if let Ok(function) = direct
+            && let Some(bytecode) = crate::relines::shift_lines(&function.dump(false), offset)
+        {
+            return Ok(LuaRegion {
+                label,
+                first_line,
+                source,
+                bytecode: bytecode.into(),
+            });
+        }
+        self.compile_padded(label, first_line, source)
+    }
+
+    /// The padded compile: the source behind `first_line - 1` newlines.
+    fn compile_padded(
+        &self,
+        label: String,
+        first_line: u32,
+        source: String,
+    ) -> Result<LuaRegion, ParseError> {
         let padding = first_line.saturating_sub(1) as usize;
         let mut padded = String::with_capacity(padding + source.len());
         padded.extend(std::iter::repeat_n('\n', padding));
@@ -82,6 +111,61 @@ impl Compiler {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Run a region and return the error text and the traceback Lua gives.
+    fn run(region: &LuaRegion) -> String {
+        let lua = Lua::new();
+        let f = lua
+            .load(&region.bytecode[..])
+            .set_name(region.label.clone())
+            .set_mode(mlua::chunk::ChunkMode::Binary)
+            .into_function()
+            .unwrap();
+        let traceback: mlua::Function = lua
+            .load("return function(e) return tostring(e) .. '\\n' .. debug.traceback('', 2) end")
+            .eval()
+            .unwrap();
+        let xpcall: mlua::Function = lua.globals().get("xpcall").unwrap();
+        let (_, text): (bool, String) = xpcall.call((f, traceback)).unwrap();
+        text
+    }
+
+    #[test]
+    fn shifted_line_information_matches_the_padded_compile() {
+        let compiler = Compiler::new().unwrap();
+        let sources = [
+            "error('boom')",
+            "\n\nlocal x = 1\nlocal function f()\n  error('inner')\nend\nf()",
+            "local t = {}\nfor i = 1, 3 do t[i] = i end\nlocal g = function(a)\n  return a.b.c\nend\nreturn g({})",
+            "local function outer()\n  local function inner()\n    error({})\n  end\n  inner()\nend\nouter()",
+        ];
+        for first_line in [1, 2, 130, 5000, 70000] {
+            for source in sources {
+                // A long body, so line info holds absolute entries of its own too.
+                let long = format!("{}{source}", "x = 1\n".repeat(300));
+                for source in [source.to_owned(), long] {
+                    let label = "section `Main` prologue".to_owned();
+                    let fast = compiler
+                        .compile(label.clone(), first_line, source.clone())
+                        .unwrap();
+                    let padded = compiler
+                        .compile_padded(label, first_line, source.clone())
+                        .unwrap();
+                    assert_eq!(run(&fast), run(&padded), "line {first_line}: {source}");
+                    // The fast path was taken: the rewriter knows the dump.
+                    let direct = compiler
+                        .lua
+                        .load(source.as_str())
+                        .set_name("section `Main` prologue")
+                        .into_function()
+                        .unwrap();
+                    assert!(
+                        crate::relines::shift_lines(&direct.dump(false), first_line - 1).is_some()
+                    );
+                }
+            }
+        }
+    }
 
     #[test]
     fn compile_error_names_label_and_absolute_line() {

@@ -11,6 +11,7 @@ pub mod frontmatter;
 pub mod heading_ref;
 pub mod names;
 pub mod prompt;
+mod relines;
 mod scan;
 
 pub use compile::LuaRegion;

@@ -299,7 +299,12 @@ M.add = function(...)
   if type(a) == 'table' and TOOL_OF[a] == nil then
     if description ~= nil then raise('tools.add array form takes no override') end
     entries = {}
-    for i = 1, #a do entries[i] = a[i] end
+    -- Up to the first nil: a hostile `__len` cannot make this loop run for ever.
+    for i = 1, #a do
+      local e = a[i]
+      if e == nil then break end
+      entries[i] = e
+    end
   else
     entries = { a }
     if description ~= nil and type(description) ~= 'string' then
