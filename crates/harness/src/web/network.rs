@@ -136,20 +136,30 @@ pub trait Network: Send + Sync + Debug {
 #[derive(Debug, Clone)]
 pub struct RealNetwork {
     /// One client for search backends (their hosts come from the Host's own configuration,
-    /// not from a model, so they need no address pinning); connections are pooled.
-    api_client: reqwest::Client,
+    /// not from a model, so they need no address pinning); connections are pooled. Built on
+    /// first use: a run that never searches never pays for a TLS client.
+    api_client: std::sync::OnceLock<Option<reqwest::Client>>,
 }
 
 impl RealNetwork {
     /// The real network.
     pub fn new() -> Result<Self, String> {
-        let api_client = reqwest::Client::builder()
-            .no_proxy()
-            .connect_timeout(Duration::from_secs(10))
-            .redirect(reqwest::redirect::Policy::none())
-            .build()
-            .map_err(|e| format!("cannot build the search client: {e}"))?;
-        Ok(RealNetwork { api_client })
+        Ok(RealNetwork {
+            api_client: std::sync::OnceLock::new(),
+        })
+    }
+
+    fn api_client(&self) -> Option<&reqwest::Client> {
+        self.api_client
+            .get_or_init(|| {
+                reqwest::Client::builder()
+                    .no_proxy()
+                    .connect_timeout(Duration::from_secs(10))
+                    .redirect(reqwest::redirect::Policy::none())
+                    .build()
+                    .ok()
+            })
+            .as_ref()
     }
 }
 
@@ -281,9 +291,10 @@ impl Network for RealNetwork {
 
     fn api<'a>(&'a self, request: &'a ApiRequest) -> NetFuture<'a, Result<Response, RequestError>> {
         Box::pin(async move {
+            let client = self.api_client().ok_or(RequestError::Failed)?;
             let mut builder = match request.method {
-                Method::Get => self.api_client.get(request.url.clone()),
-                Method::Post => self.api_client.post(request.url.clone()),
+                Method::Get => client.get(request.url.clone()),
+                Method::Post => client.post(request.url.clone()),
             };
             for (name, value) in &request.headers {
                 builder = builder.header(name.as_str(), value.as_str());
