@@ -175,8 +175,26 @@ fn context(args: &RunArgs, cancel: Arc<AtomicBool>) -> Result<RunContext, String
     Ok(ctx)
 }
 
+/// The config files (the model catalog and its `[search]` table), read at most once per run
+/// and only when something needs them (`--script` with `--web-script` needs nothing).
+#[derive(Debug, Default)]
+struct Config(std::cell::OnceCell<Result<Catalog, String>>);
+
+impl Config {
+    fn catalog(&self) -> Result<&Catalog, String> {
+        self.0
+            .get_or_init(|| {
+                let cwd = std::env::current_dir()
+                    .map_err(|e| format!("cannot read the working directory: {e}"))?;
+                Catalog::load_standard(&cwd).map_err(|e| e.to_string())
+            })
+            .as_ref()
+            .map_err(Clone::clone)
+    }
+}
+
 /// The Host's current model: the scripted model, `--model`, or the catalog's default.
-fn current_model(args: &RunArgs) -> Result<Option<CurrentModel>, String> {
+fn current_model(args: &RunArgs, config: &Config) -> Result<Option<CurrentModel>, String> {
     if let Some(path) = &args.script {
         let scripted = ScriptedModel::load(path).map_err(|e| e.to_string())?;
         let Some(description) = scripted.model().cloned() else {
@@ -187,9 +205,7 @@ fn current_model(args: &RunArgs) -> Result<Option<CurrentModel>, String> {
             provider: Arc::new(scripted),
         }));
     }
-    let cwd =
-        std::env::current_dir().map_err(|e| format!("cannot read the working directory: {e}"))?;
-    let catalog = Catalog::load_standard(&cwd).map_err(|e| e.to_string())?;
+    let catalog = config.catalog()?;
     let id = match &args.model {
         Some(id) => id.clone(),
         None => match catalog.default_id() {
@@ -211,7 +227,7 @@ fn current_model(args: &RunArgs) -> Result<Option<CurrentModel>, String> {
 /// `[search]` table. Without a backend the Plugin reports the missing search provider, and a
 /// setup problem (a bad `[search]` table, a key not set) its own line, each only to a prompt
 /// that declares the Plugin.
-fn web_plugin(args: &RunArgs) -> Result<WebPlugin, String> {
+fn web_plugin(args: &RunArgs, config: &Config) -> Result<WebPlugin, String> {
     if let Some(path) = &args.web_script {
         let network = ScriptedNetwork::load(path)
             .map_err(|e| format!("--web-script {}: {e}", path.display()))?;
@@ -219,10 +235,8 @@ fn web_plugin(args: &RunArgs) -> Result<WebPlugin, String> {
         return Ok(WebPlugin::new(Arc::new(network), search));
     }
     let real = || -> Result<WebPlugin, String> {
-        let cwd = std::env::current_dir()
-            .map_err(|e| format!("cannot read the working directory: {e}"))?;
-        let catalog = Catalog::load_standard(&cwd).map_err(|e| e.to_string())?;
-        let search = catalog
+        let search = config
+            .catalog()?
             .search_backend(&Environment::Process)
             .map_err(|e| e.to_string())?;
         Ok(WebPlugin::new(Arc::new(RealNetwork::new()?), search))
@@ -333,7 +347,8 @@ fn execute(
         Ok(prompt) => prompt,
         Err(err) => return Ok(Outcome::Failed(err.into())),
     };
-    let model = current_model(args)?;
+    let config = Config::default();
+    let model = current_model(args, &config)?;
     // A store that fails as the run starts fails the run with `Vfs` (chapter 16).
     let mut store = match open_store(args) {
         Ok(store) => store,
@@ -389,7 +404,7 @@ fn execute(
             )
         }),
     });
-    let web = web_plugin(args)?;
+    let web = web_plugin(args, &config)?;
     ctx.host.plugins.push(web.info());
     let output = prompt.frontmatter.output.clone();
     let mut host = Host::new(

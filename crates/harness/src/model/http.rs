@@ -279,27 +279,14 @@ async fn read_error_reply(
             kind: OversizeKind::BodyOfLength { len },
         };
     }
-    let url = url.to_owned();
-    let hint = hint.to_owned();
-    let mut chunks = Box::pin(limited_chunks(
-        Box::pin(response.bytes_stream()),
-        limits,
-        OversizeKind::Body,
-        move |e| {
-            let mut err = transport(&e, &url, &hint);
-            if let ModelError::Transport { detail } = &mut err {
-                detail.push_str("; the error reply's body could not be read");
-            }
-            err
-        },
-    ));
-    let mut body = Vec::new();
-    while let Some(chunk) = chunks.next().await {
-        match chunk {
-            Ok(chunk) => body.extend_from_slice(&chunk),
-            Err(err) => return err,
+    let body = match read_body(response, limits, url, hint).await {
+        Ok(body) => body,
+        Err(ModelError::Transport { mut detail }) => {
+            detail.push_str("; the error reply's body could not be read");
+            return ModelError::Transport { detail };
         }
-    }
+        Err(err) => return err,
+    };
     let text = String::from_utf8_lossy(&body);
     if let Some(message) = provider_message(&text) {
         observer.server_message(status, &message);

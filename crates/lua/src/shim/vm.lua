@@ -39,15 +39,18 @@ do
     end
     return (tostring(v))
   end
-  -- Stock `string.format`, with its argument errors naming it as a direct call does (called
-  -- from this stripped chunk, the stock message would name it '?').
-  local function stock_format(...)
-    local ok, result = pcall(format, ...)
-    if ok then return result end
-    if type(result) == 'string' then
-      result = gsub(result, "^bad argument #(%d+) to '%?'", "bad argument #%1 to 'format'")
+  -- A stock library call's results, or its error raised again with the function named as a
+  -- direct call names it (called from this stripped chunk, the stock message says '?').
+  local function renamed(name, ok, ...)
+    if ok then return ... end
+    local e = ...
+    if type(e) == 'string' then
+      e = gsub(e, "^bad argument #(%d+) to '%?'", "bad argument #%1 to '" .. name .. "'")
     end
-    error(result, 0)
+    error(e, 0)
+  end
+  local function stock_format(...)
+    return renamed('format', pcall(format, ...))
   end
   local function deterministic_format(fmt, ...)
     local n = select('#', ...)
@@ -83,14 +86,6 @@ do
   -- `table.move` over a large range runs in slices with a check between them.
   local function cancelled() return host('control_pending') end
   local BIG = 4096
-  local function renamed(name, ok, ...)
-    if ok then return ... end
-    local e = ...
-    if type(e) == 'string' then
-      e = gsub(e, "^bad argument #(%d+) to '%?'", "bad argument #%1 to '" .. name .. "'")
-    end
-    error(e, 0)
-  end
   local function guard(lib, name, big)
     local stock = lib[name]
     rawset(lib, name, function(...)
