@@ -8,12 +8,12 @@
 //! `--events` output, while the server sees several requests in flight at once. A Ctrl-C with
 //! rounds in flight ends the run cancelled at once.
 
-use std::net::SocketAddr;
+mod support;
+
 use std::path::Path;
 use std::process::{Command, Output, Stdio};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
-use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use axum::Router;
@@ -23,6 +23,7 @@ use axum::http::StatusCode;
 use axum::response::Response;
 use axum::routing::post;
 use serde_json::{Value, json};
+use support::LocalServer;
 
 /// How the fake server behaves.
 #[derive(Debug)]
@@ -42,19 +43,7 @@ type Shared = Arc<Behaviour>;
 struct Server {
     base: String,
     state: Shared,
-    stop: Option<tokio::sync::oneshot::Sender<()>>,
-    thread: Option<JoinHandle<()>>,
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        if let Some(stop) = self.stop.take() {
-            let _ = stop.send(());
-        }
-        if let Some(thread) = self.thread.take() {
-            let _ = thread.join();
-        }
-    }
+    _server: LocalServer,
 }
 
 fn next_random(state: &Mutex<u64>) -> u64 {
@@ -123,33 +112,15 @@ fn start(max_delay_ms: u64, seed: u64) -> Server {
         peak: AtomicUsize::new(0),
         requests: AtomicU64::new(0),
     });
-    let (addr_tx, addr_rx) = std::sync::mpsc::channel::<SocketAddr>();
-    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
-    let app = Router::new()
-        .route("/v1/chat/completions", post(chat))
-        .with_state(state.clone());
-    let thread = std::thread::spawn(move || {
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap();
-        runtime.block_on(async move {
-            let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-            addr_tx.send(listener.local_addr().unwrap()).unwrap();
-            axum::serve(listener, app)
-                .with_graceful_shutdown(async {
-                    let _ = stop_rx.await;
-                })
-                .await
-                .unwrap();
-        });
-    });
-    let addr = addr_rx.recv().unwrap();
+    let server = LocalServer::start(
+        Router::new()
+            .route("/v1/chat/completions", post(chat))
+            .with_state(state.clone()),
+    );
     Server {
-        base: format!("http://{addr}/v1"),
+        base: format!("{}/v1", server.base()),
         state,
-        stop: Some(stop_tx),
-        thread: Some(thread),
+        _server: server,
     }
 }
 

@@ -8,9 +8,13 @@
 //! installs it in a virtual environment and sets it). Without it the test says so and skips,
 //! unless `PROMPTFORGE_REQUIRE_INTEROP` is set, as CI sets it, where a missing proxy fails.
 
+mod support;
+
 use std::net::TcpListener;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
+
+use support::promptforge;
 
 const KEY: &str = "sk-interop-master-key-0123456789abcdef";
 const MOCK: &str = "Hello from the LiteLLM mock";
@@ -104,8 +108,7 @@ fn both_api_shapes_through_the_litellm_proxy() {
     )
     .unwrap();
     for model in ["via-openai", "via-anthropic"] {
-        let output = Command::new(env!("CARGO_BIN_EXE_promptforge"))
-            .current_dir(dir.path())
+        let output = promptforge(dir.path())
             .args([
                 "run",
                 "prompt.md",
@@ -118,9 +121,6 @@ fn both_api_shapes_through_the_litellm_proxy() {
             ])
             .arg(dir.path().join(format!("store-{model}")))
             .env("INTEROP_KEY", KEY)
-            .env("XDG_CONFIG_HOME", dir.path().join("xdg"))
-            .env("NO_PROXY", "127.0.0.1,localhost")
-            .stdin(Stdio::null())
             .output()
             .unwrap();
         let stdout = String::from_utf8_lossy(&output.stdout);

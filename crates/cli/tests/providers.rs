@@ -17,12 +17,13 @@
 //! split into several deltas, with reasoning deltas when thinking is on (which must never reach
 //! the reply).
 
+mod support;
+
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::path::Path;
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 use std::sync::{Arc, Mutex};
-use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use axum::Router;
@@ -32,6 +33,7 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::Response;
 use axum::routing::post;
 use serde_json::{Value, json};
+use support::{LocalServer, promptforge};
 
 /// The wire model names the catalog entries send.
 const OPENAI_MODEL: &str = "fake-gpt";
@@ -114,8 +116,7 @@ struct Servers {
     anthropic_addr: SocketAddr,
     openai: Shared,
     anthropic: Shared,
-    stop: Option<tokio::sync::oneshot::Sender<()>>,
-    thread: Option<JoinHandle<()>>,
+    _servers: (LocalServer, LocalServer),
 }
 
 impl Servers {
@@ -129,35 +130,17 @@ impl Servers {
             rounds: rounds.to_vec(),
             ..Fake::default()
         }));
-        let (addr_tx, addr_rx) = std::sync::mpsc::channel();
-        let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
-        let (o_state, a_state) = (openai.clone(), anthropic.clone());
-        let thread = std::thread::spawn(move || {
-            let runtime = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .unwrap();
-            runtime.block_on(async move {
-                let o_listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-                let a_listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-                addr_tx
-                    .send((
-                        o_listener.local_addr().unwrap(),
-                        a_listener.local_addr().unwrap(),
-                    ))
-                    .unwrap();
-                let o_app = Router::new()
-                    .route("/v1/chat/completions", post(openai_handler))
-                    .with_state(o_state);
-                let a_app = Router::new()
-                    .route("/v1/messages", post(anthropic_handler))
-                    .with_state(a_state);
-                tokio::spawn(async move { axum::serve(o_listener, o_app).await });
-                tokio::spawn(async move { axum::serve(a_listener, a_app).await });
-                let _ = stop_rx.await;
-            });
-        });
-        let (openai_addr, anthropic_addr) = addr_rx.recv_timeout(Duration::from_secs(10)).unwrap();
+        let o_server = LocalServer::start(
+            Router::new()
+                .route("/v1/chat/completions", post(openai_handler))
+                .with_state(openai.clone()),
+        );
+        let a_server = LocalServer::start(
+            Router::new()
+                .route("/v1/messages", post(anthropic_handler))
+                .with_state(anthropic.clone()),
+        );
+        let (openai_addr, anthropic_addr) = (o_server.addr, a_server.addr);
         Servers {
             openai_base: format!("http://{openai_addr}/v1"),
             anthropic_base: format!("http://{anthropic_addr}"),
@@ -165,8 +148,7 @@ impl Servers {
             anthropic_addr,
             openai,
             anthropic,
-            stop: Some(stop_tx),
-            thread: Some(thread),
+            _servers: (o_server, a_server),
         }
     }
 
@@ -212,17 +194,6 @@ description = "the Anthropic-shaped test server"
             fake.next,
             fake.rounds.len()
         );
-    }
-}
-
-impl Drop for Servers {
-    fn drop(&mut self) {
-        if let Some(stop) = self.stop.take() {
-            let _ = stop.send(());
-        }
-        if let Some(thread) = self.thread.take() {
-            let _ = thread.join();
-        }
     }
 }
 
@@ -669,23 +640,13 @@ fn script(rounds: &[Round]) -> String {
 
 /// Run `prompt.md` in `dir` with the extra flags; the outcome JSON.
 fn run(dir: &Path, store: &str, how: &[&str]) -> Value {
-    let mut command = Command::new(env!("CARGO_BIN_EXE_promptforge"));
+    // Only the project file counts: no user config file, no proxy between us and 127.0.0.1.
+    let mut command = promptforge(dir);
     command
-        .current_dir(dir)
         .args(["run", "prompt.md", "--json", "--seed", "7"])
         .args(["--when", "2026-03-04T05:06:07Z", "--store"])
         .arg(dir.join(store))
         .args(how)
-        // Only the project file counts: no user config file, no proxy between us and 127.0.0.1.
-        .env("XDG_CONFIG_HOME", dir.join("xdg"))
-        .env("NO_PROXY", "127.0.0.1,localhost")
-        .env_remove("HTTP_PROXY")
-        .env_remove("http_proxy")
-        .env_remove("HTTPS_PROXY")
-        .env_remove("https_proxy")
-        .env_remove("ALL_PROXY")
-        .env_remove("all_proxy")
-        .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
     let mut child = command.spawn().unwrap();

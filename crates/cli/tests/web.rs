@@ -7,11 +7,13 @@
 //! Every server here runs on 127.0.0.1 inside the test; pages come from a `--web-script`
 //! (the fetch policy keeps real fetches off loopback, as it must).
 
+mod support;
+
 use std::path::Path;
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 use std::sync::{Arc, Mutex};
-use std::thread::JoinHandle;
-use std::time::Duration;
+
+use support::{LocalServer, promptforge};
 
 use axum::Router;
 use axum::body::{Body, Bytes};
@@ -24,50 +26,21 @@ use serde_json::{Value, json};
 /// Requests a fake server received: (path and query, headers as `name: value` lines, body).
 type Seen = Arc<Mutex<Vec<(String, String, Value)>>>;
 
-/// A fake HTTP server on 127.0.0.1, on its own runtime thread until dropped.
+/// A fake HTTP server on 127.0.0.1 that records what it is sent.
 struct Fake {
     base: String,
     seen: Seen,
-    stop: Option<tokio::sync::oneshot::Sender<()>>,
-    thread: Option<JoinHandle<()>>,
+    _server: LocalServer,
 }
 
 impl Fake {
-    fn start(app: impl FnOnce(Seen) -> Router + Send + 'static) -> Fake {
+    fn start(app: impl FnOnce(Seen) -> Router) -> Fake {
         let seen: Seen = Arc::default();
-        let (addr_tx, addr_rx) = std::sync::mpsc::channel();
-        let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
-        let state = seen.clone();
-        let thread = std::thread::spawn(move || {
-            let runtime = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .unwrap();
-            runtime.block_on(async move {
-                let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-                addr_tx.send(listener.local_addr().unwrap()).unwrap();
-                let app = app(state);
-                tokio::spawn(async move { axum::serve(listener, app).await });
-                let _ = stop_rx.await;
-            });
-        });
-        let addr = addr_rx.recv_timeout(Duration::from_secs(10)).unwrap();
+        let server = LocalServer::start(app(seen.clone()));
         Fake {
-            base: format!("http://{addr}"),
+            base: server.base(),
             seen,
-            stop: Some(stop_tx),
-            thread: Some(thread),
-        }
-    }
-}
-
-impl Drop for Fake {
-    fn drop(&mut self) {
-        if let Some(stop) = self.stop.take() {
-            let _ = stop.send(());
-        }
-        if let Some(thread) = self.thread.take() {
-            let _ = thread.join();
+            _server: server,
         }
     }
 }
@@ -197,20 +170,13 @@ fn run(dir: &Path, prompt: &str, flags: &[&str], env: &[(&str, &str)]) -> Value 
     std::fs::write(dir.join("prompt.md"), prompt).unwrap();
     std::fs::create_dir_all(dir.join("xdg")).unwrap();
     let store = tempfile::tempdir().unwrap();
-    let mut command = Command::new(env!("CARGO_BIN_EXE_promptforge"));
+    let mut command = promptforge(dir);
     command
-        .current_dir(dir)
         .args(["run", "prompt.md", "--json", "--seed", "7"])
         .args(["--when", "2026-03-04T05:06:07Z", "--store"])
         .arg(store.path())
         .args(flags)
-        .env("XDG_CONFIG_HOME", dir.join("xdg"))
-        .env("NO_PROXY", "127.0.0.1,localhost")
-        .env_remove("HTTP_PROXY")
-        .env_remove("HTTPS_PROXY")
-        .env_remove("ALL_PROXY")
         .env_remove("PROMPTFORGE_GATEWAY_URL")
-        .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
     for (name, value) in env {
@@ -253,22 +219,22 @@ return msgs[3].content .. '\n---\n' .. msgs[#msgs].content
 ```
 ";
 
-#[test]
-fn a_model_calling_fetch_reads_the_enveloped_page_in_the_openai_wire_shape() {
-    let fake = Fake::start(|seen| {
-        Router::new()
-            .route("/v1/chat/completions", post(openai))
-            .with_state(seen)
-    });
-    let dir = tempfile::tempdir().unwrap();
+/// A `promptforge.toml` in `dir` naming the model `fake`, of this provider kind at this URL.
+fn write_model_config(dir: &Path, provider: &str, base_url: &str) {
     std::fs::write(
-        dir.path().join("promptforge.toml"),
+        dir.join("promptforge.toml"),
         format!(
-            "[models.fake]\nprovider = \"openai\"\nmodel = \"fake\"\nbase_url = \"{}/v1\"\napi_key_env = \"\"\n",
-            fake.base
+            "[models.fake]\nprovider = \"{provider}\"\nmodel = \"fake\"\nbase_url = \"{base_url}\"\napi_key_env = \"\"\n"
         ),
     )
     .unwrap();
+}
+
+/// Run `LOOP_PROMPT` on the model `fake` (this provider kind at this URL) over a scripted
+/// page: the run completes with the fake's reply, and the tool record is returned.
+fn fetch_in_a_loop(provider: &str, base_url: &str) -> String {
+    let dir = tempfile::tempdir().unwrap();
+    write_model_config(dir.path(), provider, base_url);
     let web = json!({
         "dns": {"example.com": ["93.184.215.14"]},
         "pages": {"https://example.com/": {"status": 200,
@@ -286,7 +252,17 @@ fn a_model_calling_fetch_reads_the_enveloped_page_in_the_openai_wire_shape() {
     let result = outcome["result"].as_str().unwrap();
     let (record, reply) = result.split_once("\n---\n").unwrap();
     assert_eq!(reply, "A page about examples.");
+    record.to_owned()
+}
 
+#[test]
+fn a_model_calling_fetch_reads_the_enveloped_page_in_the_openai_wire_shape() {
+    let fake = Fake::start(|seen| {
+        Router::new()
+            .route("/v1/chat/completions", post(openai))
+            .with_state(seen)
+    });
+    let record = fetch_in_a_loop("openai", &format!("{}/v1", fake.base));
     let seen = fake.seen.lock().unwrap();
     assert_eq!(seen.len(), 2, "two rounds");
     // Round 1 offers the tool under its alias with the chapter's schema.
@@ -336,32 +312,7 @@ fn a_model_calling_fetch_reads_the_enveloped_page_in_the_anthropic_wire_shape() 
             .route("/v1/messages", post(anthropic))
             .with_state(seen)
     });
-    let dir = tempfile::tempdir().unwrap();
-    std::fs::write(
-        dir.path().join("promptforge.toml"),
-        format!(
-            "[models.fake]\nprovider = \"anthropic\"\nmodel = \"fake\"\nbase_url = \"{}\"\napi_key_env = \"\"\n",
-            fake.base
-        ),
-    )
-    .unwrap();
-    let web = json!({
-        "dns": {"example.com": ["93.184.215.14"]},
-        "pages": {"https://example.com/": {"status": 200,
-            "headers": {"content-type": "text/html; charset=utf-8"}, "body": PAGE}},
-        "search": []
-    });
-    std::fs::write(dir.path().join("web.json"), web.to_string()).unwrap();
-    let outcome = run(
-        dir.path(),
-        LOOP_PROMPT,
-        &["--model", "fake", "--web-script", "web.json"],
-        &[],
-    );
-    assert_eq!(outcome["outcome"], "completed", "{outcome}");
-    let result = outcome["result"].as_str().unwrap();
-    let (record, reply) = result.split_once("\n---\n").unwrap();
-    assert_eq!(reply, "A page about examples.");
+    let record = fetch_in_a_loop("anthropic", &fake.base);
     let seen = fake.seen.lock().unwrap();
     assert_eq!(seen.len(), 2, "two rounds");
     let tools = &seen[0].2["tools"];
@@ -569,21 +520,13 @@ fn a_rate_limited_round_is_retried_and_each_retry_is_an_event() {
             .with_state(seen)
     });
     let dir = tempfile::tempdir().unwrap();
-    std::fs::write(
-        dir.path().join("promptforge.toml"),
-        format!(
-            "[models.fake]\nprovider = \"openai\"\nmodel = \"fake\"\nbase_url = \"{}/v1\"\napi_key_env = \"\"\n",
-            fake.base
-        ),
-    )
-    .unwrap();
+    write_model_config(dir.path(), "openai", &format!("{}/v1", fake.base));
     std::fs::write(
         dir.path().join("prompt.md"),
         "---\nname: r\ndescription: d\npromptforge: 0\nmodels:\n  w: {}\n---\n\n# R\n\n## Main\n\n```lua\nmodels.default('w')\nreturn models.infer('hi')\n```\n",
     )
     .unwrap();
-    let output = Command::new(env!("CARGO_BIN_EXE_promptforge"))
-        .current_dir(dir.path())
+    let output = promptforge(dir.path())
         .args([
             "run",
             "prompt.md",
@@ -594,9 +537,6 @@ fn a_rate_limited_round_is_retried_and_each_retry_is_an_event() {
             "--store",
         ])
         .arg(dir.path().join("store"))
-        .env("XDG_CONFIG_HOME", dir.path().join("xdg"))
-        .env("NO_PROXY", "127.0.0.1,localhost")
-        .stdin(Stdio::null())
         .output()
         .unwrap();
     let stdout = String::from_utf8_lossy(&output.stdout);
