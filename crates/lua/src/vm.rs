@@ -42,7 +42,17 @@ const CANCEL_POLL_INSTRUCTIONS: u32 = 1000;
 const SHIM_NAME: &str = "=promptforge/vm.lua";
 const SHIM_SOURCE: &str = include_str!("shim/vm.lua");
 /// Shim modules loaded on a VM's first use of them: (name, chunk name, source).
-const SHIM_MODULES: [(&str, &str, &str); 5] = [
+const SHIM_MODULES: [(&str, &str, &str); 7] = [
+    (
+        "text",
+        "=promptforge/text.lua",
+        include_str!("shim/text.lua"),
+    ),
+    (
+        "proxies",
+        "=promptforge/proxies.lua",
+        include_str!("shim/proxies.lua"),
+    ),
     (
         "control",
         "=promptforge/control.lua",
@@ -429,11 +439,22 @@ fn first_marker(message: &str, labels: &[String]) -> Option<(String, usize)> {
 impl SectionVm {
     /// Build a section VM: the sandbox and the Engine globals (steps 1-8 of the setup order).
     pub fn new(cfg: VmConfig) -> Result<SectionVm, LuaFailure> {
-        let lua = Lua::new_with(
+        let created = Lua::new_with(
             StdLib::STRING | StdLib::TABLE | StdLib::MATH | StdLib::COROUTINE,
             LuaOptions::new(),
         )
         .map_err(|e| LuaFailure::internal(&e))?;
+        // mlua runs a full collection when the handle `new_with` returned is dropped. A
+        // section VM is always dropped whole, so that collection would only mark what
+        // `lua_close` frees anyway (a sixth of a section entry). A handle upgraded from a weak
+        // reference never collects on drop: the VM keeps that one and lets the first go now,
+        // while the state holds only the libraries. The state is closed when the last handle
+        // goes (no Rust callback captures a handle, so nothing keeps it alive).
+        let lua = created
+            .weak()
+            .try_upgrade()
+            .ok_or_else(|| LuaFailure::new(FailureKind::Internal, "the Lua state went away"))?;
+        drop(created);
         lua.set_memory_limit(MEMORY_LIMIT)
             .map_err(|e| LuaFailure::internal(&e))?;
         let in_h1 = matches!(cfg.argv, ArgvMode::Writable(_));
@@ -462,27 +483,6 @@ impl SectionVm {
             jump: None,
             item: cfg.item.clone(),
         }));
-        let cancel = cfg.cancel.clone();
-        // The collector starts stopped: most section VMs live for a few microseconds and
-        // are freed whole, so collecting them is wasted work. The hook that polls the cancel
-        // flag also restarts the collector once the VM has allocated GC_START_BYTES (and an
-        // allocation that would pass the memory limit triggers Lua's emergency collection
-        // whether the collector runs or not).
-        let gc_started = Rc::new(std::cell::Cell::new(false));
-        lua.set_global_hook(
-            HookTriggers::new().every_nth_instruction(CANCEL_POLL_INSTRUCTIONS),
-            move |lua, _| {
-                if cancel.load(Ordering::Relaxed) {
-                    return Err(mlua::Error::RuntimeError("run cancelled".into()));
-                }
-                if !gc_started.get() && lua.used_memory() > GC_START_BYTES {
-                    gc_started.set(true);
-                    lua.gc_restart();
-                }
-                Ok(VmState::Continue)
-            },
-        )
-        .map_err(|e| LuaFailure::internal(&e))?;
         lua.gc_stop();
         let build = || -> mlua::Result<Table> {
             let host = Self::host_function(&lua, &shared)?;
@@ -537,6 +537,29 @@ impl SectionVm {
             Ok(api)
         };
         let api = build().map_err(|e| LuaFailure::internal(&e))?;
+        // Installed after the shim has run: the shim is trusted, finite setup, and while a
+        // count hook is set every instruction pays a call into the hook machinery.
+        let cancel = cfg.cancel.clone();
+        // The collector starts stopped: most section VMs live for a few microseconds and
+        // are freed whole, so collecting them is wasted work. The hook that polls the cancel
+        // flag also restarts the collector once the VM has allocated GC_START_BYTES (and an
+        // allocation that would pass the memory limit triggers Lua's emergency collection
+        // whether the collector runs or not).
+        let gc_started = Rc::new(std::cell::Cell::new(false));
+        lua.set_global_hook(
+            HookTriggers::new().every_nth_instruction(CANCEL_POLL_INSTRUCTIONS),
+            move |lua, _| {
+                if cancel.load(Ordering::Relaxed) {
+                    return Err(mlua::Error::RuntimeError("run cancelled".into()));
+                }
+                if !gc_started.get() && lua.used_memory() > GC_START_BYTES {
+                    gc_started.set(true);
+                    lua.gc_restart();
+                }
+                Ok(VmState::Continue)
+            },
+        )
+        .map_err(|e| LuaFailure::internal(&e))?;
         LIVE_VMS.with(|n| n.set(n.get() + 1));
         Ok(SectionVm {
             lua,
@@ -1622,6 +1645,50 @@ mod tests {
             result("return type(string.upper) .. type(table.insert) .. type(math.floor)"),
             "functionfunctionfunction"
         );
+    }
+
+    #[test]
+    fn engine_globals_built_on_first_use_look_present_from_the_start() {
+        // pairs over _G lists every Engine global, built or not.
+        assert_eq!(
+            result(
+                "local seen = {} for k in pairs(_G) do seen[#seen + 1] = k end return table.concat(seen, ',')"
+            ),
+            result(
+                "local _ = store, models, messages, tools, compactors, tasks, untrusted, call, jump, fanout, sys, var local seen = {} for k in pairs(_G) do seen[#seen + 1] = k end return table.concat(seen, ',')"
+            )
+        );
+        assert_eq!(
+            result(
+                "local n = 0 local k = next(_G) while k do n = n + 1 k = next(_G, k) end return n > 20"
+            ),
+            "true"
+        );
+        // The author's __index is never asked for them, and their __newindex never sees them:
+        // a pending global is replaced as a present one would be.
+        assert_eq!(
+            result(
+                "local asked = {} setmetatable(_G, { __index = function(_, k) asked[#asked + 1] = k end, __newindex = function(_, k) error('strict: ' .. k) end }) local t = type(store.read) tasks = 5 return t .. tasks .. #asked"
+            ),
+            "function50"
+        );
+        assert_eq!(result("store = nil return tostring(store)"), "nil");
+        // The same table every time, of the same shape as ever.
+        assert_eq!(
+            result(
+                "local n = 0 for _ in pairs(store) do n = n + 1 end return tostring(store == store) .. n"
+            ),
+            "true8"
+        );
+        assert_eq!(result("return type(var) .. type(sys)"), "tabletable");
+    }
+
+    #[test]
+    fn a_dropped_vm_closes_its_state() {
+        let (_, vm) = run(config(false), "x = { 1, 2, 3 } return 'ok'", "");
+        let weak = vm.lua.weak();
+        drop(vm);
+        assert!(weak.try_upgrade().is_none());
     }
 
     #[test]

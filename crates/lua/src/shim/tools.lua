@@ -206,7 +206,7 @@ end
 local function count_call(alias)
   if counts == nil then
     counts = {}
-    rawset(P.tools_table, 'calls', calls_view())
+    rawset(P.tools_table(), 'calls', calls_view())
     host('first_tool_call')
   end
   local scope = bound_scope()

@@ -13,143 +13,38 @@ math.randomseed(cfg.seed)
 -- Reference values (tables, functions, coroutines, userdata) print as `table: 0x00000001`,
 -- numbered in the order this VM first renders them, never by memory address: a result or a
 -- log line that shows one is the same in every run with the same seed. `string.format`'s `%s`
--- renders them the same way. Values with `__tostring` print as they always do.
+-- renders them the same way. Values with `__tostring` print as they always do. And library
+-- calls whose work grows with their input check the cancel flag first. All of it lives in the
+-- `text` module (text.lua), loaded on a VM's first call of one of these functions; here each
+-- is a stub that tail-calls the real one, and the stock functions are captured before any
+-- prompt code can replace them.
 do
-  local tostring, format, dispatch, type, select = tostring, string.format, cfg.order, type, select
-  local gmatch, pack, unpack, gsub = string.gmatch, table.pack, table.unpack, string.gsub
-  local pcall, error, rawequal, ipairs = pcall, error, rawequal, ipairs
-  local REFERENCE = { table = true, ['function'] = true, thread = true, userdata = true }
-  local ids = setmetatable({}, { __mode = 'k' })
-  local count = 0
-  local function render(v, name)
-    local id = ids[v]
-    if id == nil then
-      count = count + 1
-      id = count
-      ids[v] = id
-    end
-    return format('%s: 0x%08x', name, id)
-  end
-  local function deterministic_tostring(...)
-    if select('#', ...) == 0 then error("bad argument #1 to 'tostring' (value expected)", 0) end
-    local v = ...
-    if REFERENCE[type(v)] then
-      local name = dispatch(6, v)
-      if name ~= nil then return render(v, name) end
-    end
-    return (tostring(v))
-  end
-  -- A stock library call's results, or its error raised again with the function named as a
-  -- direct call names it (called from this stripped chunk, the stock message says '?').
-  local function renamed(name, ok, ...)
-    if ok then return ... end
-    local e = ...
-    if type(e) == 'string' then
-      e = gsub(e, "^bad argument #(%d+) to '%?'", "bad argument #%1 to '" .. name .. "'")
-    end
-    error(e, 0)
-  end
-  local function stock_format(...)
-    return renamed('format', pcall(format, ...))
-  end
-  local function deterministic_format(fmt, ...)
-    local n = select('#', ...)
-    local args
-    for i = 1, n do
-      local v = select(i, ...)
-      if REFERENCE[type(v)] and dispatch(6, v) ~= nil then
-        args = args or pack(...)
-      end
-    end
-    if args == nil or type(fmt) ~= 'string' then return stock_format(fmt, ...) end
-    -- Only `%s` conversions render their argument as text; every other one keeps the value,
-    -- so its own error message is unchanged.
-    local i = 0
-    for flags, conversion in gmatch(fmt, '%%([-+ #0]*%d*%.?%d*)(.)') do
-      if conversion ~= '%' or flags ~= '' then
-        i = i + 1
-        local v = args[i]
-        if conversion == 's' and REFERENCE[type(v)] then
-          local name = dispatch(6, v)
-          if name ~= nil then args[i] = render(v, name) end
-        end
-      end
-    end
-    return stock_format(fmt, unpack(args, 1, n))
-  end
-  rawset(_G, 'tostring', deterministic_tostring)
-  rawset(string, 'format', deterministic_format)
-
-  -- Library calls whose work grows with their input run as one C call, where the cancel hook
-  -- (which counts VM instructions) cannot reach. Each checks the cancel flag before it starts
-  -- when its input is large, so a loop of heavy calls ends within one call of a cancel; and
-  -- `table.move` over a large range runs in slices with a check between them.
-  local function cancelled() return host('control_pending') end
-  local BIG = 4096
-  local function guard(lib, name, big)
-    local stock = lib[name]
+  local S = {
+    host = host, dispatch = cfg.order, tostring = tostring, format = string.format,
+    gmatch = string.gmatch, gsub = string.gsub, find = string.find, match = string.match,
+    upper = string.upper, lower = string.lower, reverse = string.reverse, byte = string.byte,
+    rep = string.rep, sort = table.sort, move = table.move, pack = table.pack,
+    unpack = table.unpack, pcall = pcall, error = error, rawequal = rawequal, type = type,
+    select = select, setmetatable = setmetatable, math_type = math.type,
+    maxinteger = math.maxinteger,
+  }
+  local text
+  local function stub(lib, name)
     rawset(lib, name, function(...)
-      if big(...) and cancelled() then error('run cancelled', 0) end
-      return renamed(name, pcall(stock, ...))
+      local m = text
+      if m == nil then
+        m = host('load_module', 'text')(S)
+        text = m
+      end
+      return m[name](...)
     end)
   end
-  local function big_string(s) return type(s) == 'string' and #s > BIG end
-  local function big_rep(s, n)
-    return type(s) == 'string' and type(n) == 'number' and #s * n > BIG * 16
-  end
-  for _, name in ipairs({ 'find', 'match', 'gsub', 'upper', 'lower', 'reverse', 'byte' }) do
-    guard(string, name, big_string)
-  end
-  guard(string, 'rep', big_rep)
-  guard(table, 'sort', function(t) return type(t) == 'table' and #t > BIG end)
-  local stock_gmatch = string.gmatch
-  rawset(string, 'gmatch', function(...)
-    local iterate = renamed('gmatch', pcall(stock_gmatch, ...))
-    local s = ...
-    if not big_string(s) then return iterate end
-    return function()
-      if cancelled() then error('run cancelled', 0) end
-      return iterate()
-    end
-  end)
-  local stock_move, math_type, maxinteger = table.move, math.type, math.maxinteger
-  local SLICE = 1 << 16
-  rawset(table, 'move', function(...)
-    local a1, f, e, t, a2 = ...
-    if math_type(f) ~= 'integer' or math_type(e) ~= 'integer' or math_type(t) ~= 'integer'
-      or e < f or e - f < SLICE or type(a1) ~= 'table' then
-      return renamed('move', pcall(stock_move, ...))
-    end
-    -- Stock Lua's own checks, with its messages, before any element moves.
-    if not (f > 0 or e < maxinteger + f) then
-      error("bad argument #3 to 'move' (too many elements to move)", 0)
-    end
-    local n = e - f + 1
-    if not (t <= maxinteger - n + 1) then
-      error("bad argument #4 to 'move' (destination wrap around)", 0)
-    end
-    if select('#', ...) >= 5 and a2 ~= nil and type(a2) ~= 'table' then
-      return renamed('move', pcall(stock_move, ...))
-    end
-    local dest = a2
-    if dest == nil then dest = a1 end
-    -- Overlapping ranges of one table move back to front, as stock Lua does.
-    local backward = t > f and t <= e and rawequal(a1, dest)
-    local done = 0
-    while done < n do
-      if cancelled() then error('run cancelled', 0) end
-      local count = n - done
-      if count > SLICE then count = SLICE end
-      if backward then
-        local last = n - done
-        stock_move(a1, f + last - count, f + last - 1, t + last - count, dest)
-      else
-        stock_move(a1, f + done, f + done + count - 1, t + done, dest)
-      end
-      done = done + count
-    end
-    return dest
-  end)
+  stub(_G, 'tostring')
+  local STRING = { 'format', 'gmatch', 'find', 'match', 'gsub', 'upper', 'lower', 'reverse',
+    'byte', 'rep' }
+  for i = 1, #STRING do stub(string, STRING[i]) end
+  stub(table, 'sort')
+  stub(table, 'move')
 end
 
 local G = _G
@@ -277,97 +172,33 @@ local function unwrap(v)
   return v
 end
 
--- Paths name string keys dotted and every other key bracketed, as `to_json` does.
-local function path_segment(k)
-  if type(k) == 'string' then return '.' .. k end
-  return '[' .. tostring(k) .. ']'
-end
-
----------------------------------------------------------------------------------------------
--- var: an empty guarded proxy over plain JSON data; every write stores a validated copy.
----------------------------------------------------------------------------------------------
+-- var, the frozen argv and sys are built on first use by the `proxies` module.
 local var_data = cfg.var
-local var_proxies = setmetatable({}, { __mode = 'k' })
-
-local function var_proxy(data, path)
-  local proxy = var_proxies[data]
-  if proxy then return proxy end
-  proxy = setmetatable({}, {
-    __index = function(_, k)
-      local v = rawget(data, k)
-      if type(v) == 'table' then return var_proxy(v, path .. path_segment(k)) end
-      return v
-    end,
-    __newindex = function(_, k, v)
-      if v == nil then
-        rawset(data, k, nil)
-        return
-      end
-      local copy, message = host('json_copy', unwrap(v), path .. path_segment(k))
-      if message then raise(message) end
-      rawset(data, k, copy)
-    end,
-    __metatable = 'var is guarded',
-  })
-  var_proxies[data] = proxy
-  PROXY_DATA[proxy] = data
-  return proxy
-end
-
-local var = var_proxy(var_data, 'var')
-
----------------------------------------------------------------------------------------------
--- argv: writable in the H1 pass, frozen everywhere else.
----------------------------------------------------------------------------------------------
 local in_h1 = cfg.h1
-local frozen_proxies = setmetatable({}, { __mode = 'k' })
-
-local function frozen(data)
-  if type(data) ~= 'table' then return data end
-  local proxy = frozen_proxies[data]
-  if proxy then return proxy end
-  proxy = setmetatable({}, {
-    __index = function(_, k) return frozen(rawget(data, k)) end,
-    __newindex = function(_, k)
-      local shown
-      if type(k) == 'string' then
-        shown = "'" .. k .. "'"
-      else
-        shown = host('debug_notation', k)
-      end
-      raise('argv is frozen outside H1: cannot set field ' .. shown)
-    end,
-    __metatable = 'argv is frozen',
-  })
-  frozen_proxies[data] = proxy
-  PROXY_DATA[proxy] = data
-  return proxy
+local proxies_module
+local function proxies()
+  local m = proxies_module
+  if m == nil then
+    m = host('load_module', 'proxies')({
+      host = host, raise = raise, PROXY_DATA = PROXY_DATA, unwrap = unwrap, type = type,
+      tostring = tostring, setmetatable = setmetatable, rawget = rawget, rawset = rawset,
+      var_data = var_data,
+    })
+    proxies_module = m
+  end
+  return m
 end
-
-local frozen_argv = frozen(cfg.argv)
-
----------------------------------------------------------------------------------------------
--- sys: sealed, read-only run metadata.
----------------------------------------------------------------------------------------------
--- Fields are looked up in Rust on each read (most sections read few or none).
-local sys = setmetatable({}, {
-  __index = function(_, k)
-    if type(k) ~= 'string' then raise('sys fields must be accessed by string key') end
-    local found, v = host('sys', k)
-    if not found then raise("runtime error: unknown sys field '" .. k .. "'") end
-    return v
-  end,
-  __newindex = function(_, k)
-    raise("sys is read-only; cannot set '" .. tostring(k) .. "'")
-  end,
-  __metatable = 'sys is sealed',
-})
+-- The `var` proxy once built (nil while `var` is pending), and the frozen argv.
+local var
+local frozen_argv
 
 ---------------------------------------------------------------------------------------------
 -- _G: one guard metatable that serves argv and prose, with the author's metatable behind it.
 ---------------------------------------------------------------------------------------------
 local author_mt = nil
 local GUARD = {}
+-- The Engine globals still to be built, and the function that builds one (defined below).
+local LAZY, materialize
 
 local function read_prose()
   local text, message = host('render_prose')
@@ -376,9 +207,11 @@ local function read_prose()
 end
 
 GUARD.__index = function(t, k)
+  if LAZY[k] ~= nil then return materialize(k) end
   if k == 'prose' then return read_prose() end
   if k == 'argv' then
     if in_h1 then return nil end
+    if frozen_argv == nil then frozen_argv = proxies().frozen(cfg.argv) end
     return frozen_argv
   end
   local mt = author_mt
@@ -390,6 +223,12 @@ GUARD.__index = function(t, k)
 end
 
 GUARD.__newindex = function(t, k, v)
+  if LAZY[k] ~= nil then
+    -- A pending Engine global counts as present: it is replaced as a raw field would be.
+    LAZY[k] = nil
+    rawset(t, k, v)
+    return
+  end
   if k == 'prose' then
     raise('prose is read-only: assign to `var` or a section global instead')
   end
@@ -479,8 +318,7 @@ end
 -- 1. The Engine values.
 rawset(G, 'args', cfg.args)
 if in_h1 then rawset(G, 'argv', cfg.argv) end
-rawset(G, 'sys', sys)
-rawset(G, 'var', var)
+-- (sys and var are built on first use: see LAZY below.)
 
 -- 2. The Engine functions.
 rawset(G, 'log', function(...)
@@ -565,31 +403,97 @@ end
 local function whole(m) return m end
 -- Deterministic pairs/next and table.concat with __tostring (wrappers from order.rs).
 -- The stubs tail-call the real functions, so their errors still point at the caller.
-rawset(G, 'pairs', function(...) return module('order').pairs(...) end)
-rawset(G, 'next', function(...) return module('order').next(...) end)
+-- Iterating _G first builds the Engine globals still pending (see LAZY below), so the
+-- iteration sees every global exactly as if all had been built up front.
+local materialize_all
+rawset(G, 'pairs', function(...)
+  if rawequal((...), G) then materialize_all() end
+  return module('order').pairs(...)
+end)
+rawset(G, 'next', function(...)
+  if rawequal((...), G) then materialize_all() end
+  return module('order').next(...)
+end)
 rawset(table, 'concat', function(...) return module('order').concat(...) end)
-rawset(G, 'store', stubs('store', whole, {
-  'read', 'read_numbered', 'write', 'append', 'str_replace', 'delete', 'exists', 'glob',
-}))
-rawset(G, 'models', stubs('models', function(m) return m.models end, {
-  'use', 'default', 'get', 'infer', 'loop',
-}))
-rawset(G, 'messages', stubs('models', function(m) return m.messages end, { 'new' }))
-local tools = stubs('tools', whole, { 'add', 'always', 'add_local', 'call', 'allow_tasks' })
-P.tools_table = tools
-P.module = module
-rawset(G, 'tools', tools)
-rawset(G, 'compactors', stubs('models', function(m) return m.compactors end, { 'fail' }))
 
--- untrusted, call, jump and fanout: globals, stubs over the `control` module.
-for name, stub in next, stubs('control', whole, { 'untrusted', 'call', 'jump', 'fanout' }) do
-  rawset(G, name, stub)
+-- The module-backed Engine globals are built on a VM's first use of their name: most
+-- sections never name `store` or `tasks`, and building every stub table up front was a
+-- large part of a section entry. A pending name behaves as if it were present: reading it
+-- builds it (before the author's __index is asked), assigning it replaces it without the
+-- author's __newindex, and pairs/next over _G build all pending names first. Tables are
+-- built in the same shape as ever, so what a section can observe is unchanged.
+local tools_table
+local function tools_stubs()
+  if tools_table == nil then
+    tools_table = stubs('tools', whole, { 'add', 'always', 'add_local', 'call', 'allow_tasks' })
+  end
+  return tools_table
 end
-
--- tasks (chapter 15): stubs over the `tasks` module.
-rawset(G, 'tasks', stubs('tasks', whole, {
-  'spawn', 'join_any', 'join', 'concurrency', 'ready', 'status', 'pending', 'note', 'cancel',
-}))
+P.tools_table = tools_stubs
+P.module = module
+local control_table
+local function control_stub(name)
+  return function()
+    if control_table == nil then
+      control_table = stubs('control', whole, { 'untrusted', 'call', 'jump', 'fanout' })
+    end
+    return control_table[name]
+  end
+end
+LAZY = {
+  store = function()
+    return stubs('store', whole, {
+      'read', 'read_numbered', 'write', 'append', 'str_replace', 'delete', 'exists', 'glob',
+    })
+  end,
+  models = function()
+    return stubs('models', function(m) return m.models end, {
+      'use', 'default', 'get', 'infer', 'loop',
+    })
+  end,
+  messages = function() return stubs('models', function(m) return m.messages end, { 'new' }) end,
+  sys = function() return proxies().sys end,
+  var = function()
+    var = proxies().var()
+    return var
+  end,
+  tools = tools_stubs,
+  compactors = function()
+    return stubs('models', function(m) return m.compactors end, { 'fail' })
+  end,
+  -- untrusted, call, jump and fanout: globals, stubs over the `control` module.
+  untrusted = control_stub('untrusted'),
+  call = control_stub('call'),
+  jump = control_stub('jump'),
+  fanout = control_stub('fanout'),
+  -- tasks (chapter 15): stubs over the `tasks` module.
+  tasks = function()
+    return stubs('tasks', whole, {
+      'spawn', 'join_any', 'join', 'concurrency', 'ready', 'status', 'pending', 'note', 'cancel',
+    })
+  end,
+}
+-- Build one pending global (nil when `k` is not pending).
+materialize = function(k)
+  local make = LAZY[k]
+  if make == nil then return nil end
+  LAZY[k] = nil
+  local v = make()
+  rawset(G, k, v)
+  return v
+end
+materialize_all = function()
+  -- Every pending name, in a fixed order (the key order of a table is not).
+  -- (Strings iterate bytewise whatever their insertion order, so any build order will do.)
+  local names = {}
+  for k in next, LAZY do names[#names + 1] = k end
+  for i = 1, #names do materialize(names[i]) end
+end
+-- Set a global raw from the Engine's side; a pending name of the same key is dropped.
+local function set_global(k, v)
+  LAZY[k] = nil
+  rawset(G, k, v)
+end
 
 -- 8. The globals of declared Plugins: promptforge/user-input's prelude defines `input`.
 if cfg.input_plugin then
@@ -664,12 +568,15 @@ api.install_aliases = function()
   local bound = cfg.bound_tools
   if #bound > 0 then
     local t = module('tools')
-    for i = 1, #bound do rawset(G, bound[i].alias, t.tool_object(bound[i])) end
+    for i = 1, #bound do set_global(bound[i].alias, t.tool_object(bound[i])) end
   end
-  for label, handle in next, host('role_globals') do rawset(G, label, handle) end
+  for label, handle in next, host('role_globals') do set_global(label, handle) end
 end
 
-api.var_ok = function() return rawequal(rawget(G, 'var'), var) end
+api.var_ok = function()
+  if LAZY.var ~= nil then return true end
+  return var ~= nil and rawequal(rawget(G, 'var'), var)
+end
 api.var_data = var_data
 api.argv = function() return rawget(G, 'argv') end
 api.frozen_argv_data = cfg.argv
