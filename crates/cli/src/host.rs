@@ -173,8 +173,12 @@ impl Host {
         cancel: Arc<AtomicBool>,
         (tx, rx): (UnboundedSender<HostMessage>, UnboundedReceiver<HostMessage>),
     ) -> Result<Host, String> {
-        let runtime = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
+        // One thread: the Host loop drives the runtime itself (`block_on` while it waits for
+        // an answer), so a round's request, its reply and the engine's next step all happen
+        // on the thread that runs the engine. Worker threads cost every round two cross-thread
+        // wake-ups (the spawn and the answer), most of a round's CPU time against a fast
+        // server; the rounds' I/O gains nothing from them, since it is waiting, not computing.
+        let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
             .map_err(|e| format!("cannot start the async runtime: {e}"))?;
@@ -247,7 +251,8 @@ impl Host {
                 continue;
             }
             // Wait for the next answer (or a Ctrl-C), then take every one that has arrived.
-            let Some(first) = self.rx.blocking_recv() else {
+            // The runtime's tasks (rounds, timers, tool calls) make progress while it waits.
+            let Some(first) = self.runtime.block_on(self.rx.recv()) else {
                 run.cancel();
                 continue;
             };

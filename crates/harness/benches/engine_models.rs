@@ -129,7 +129,17 @@ fn start_server() -> String {
                     Response::builder()
                         .status(StatusCode::OK)
                         .header("content-type", "text/event-stream")
-                        .body(Body::from(sse))
+                        // One chunk per event, as a streaming server sends them (chunked
+                        // encoding, the end of the body after the last event).
+                        .body(Body::from_stream(futures_util::stream::iter(
+                            sse.split_inclusive("\n\n")
+                                .map(|event| {
+                                    Ok::<_, std::convert::Infallible>(Bytes::from_static(
+                                        event.as_bytes(),
+                                    ))
+                                })
+                                .collect::<Vec<_>>(),
+                        )))
                         .unwrap()
                 }),
             );
@@ -390,6 +400,39 @@ fn bench_engine_models(c: &mut Criterion) {
         b.iter(|| local.direct(&long_loop_direct));
     });
     group.finish();
+
+    // The same HTTP rounds in CPU time rather than wall time: the time the bench thread (the
+    // Host loop, the engine and the HTTP client, all on one current-thread runtime) spends
+    // working, without the waits for the server (which runs on its own thread). The engine's
+    // CPU overhead per round is (engine − direct) / rounds.
+    let mut group = c.benchmark_group("engine models cpu");
+    group.warm_up_time(Duration::from_secs(1));
+    group.measurement_time(Duration::from_secs(3));
+    group.bench_function("no round/engine (run setup)", |b| {
+        b.iter_custom(|iters| thread_cpu(iters, || black_box(local.drive(&no_round))));
+    });
+    group.bench_function("openai http/infer 1 round/engine", |b| {
+        b.iter_custom(|iters| thread_cpu(iters, || black_box(http.drive(&infer))));
+    });
+    group.bench_function("openai http/infer 1 round/direct", |b| {
+        b.iter_custom(|iters| thread_cpu(iters, || http.direct(&infer_direct)));
+    });
+    group.bench_function("openai http/loop 10 rounds/engine", |b| {
+        b.iter_custom(|iters| thread_cpu(iters, || black_box(http.drive(&ten_loops))));
+    });
+    group.bench_function("openai http/loop 10 rounds/direct", |b| {
+        b.iter_custom(|iters| thread_cpu(iters, || http.direct(&loop_direct)));
+    });
+    group.finish();
+}
+
+/// The CPU time this thread spends on `iters` calls of `f`.
+fn thread_cpu<T>(iters: u64, mut f: impl FnMut() -> T) -> Duration {
+    let start = cpu_time::ThreadTime::now();
+    for _ in 0..iters {
+        black_box(f());
+    }
+    start.elapsed()
 }
 
 criterion_group!(benches, bench_engine_models);

@@ -892,3 +892,40 @@ async fn a_redirect_from_the_messages_endpoint_is_never_followed() {
         "{err:?}"
     );
 }
+
+#[tokio::test]
+async fn rounds_reuse_one_connection() {
+    let body = [
+        vec![message_start(5)],
+        text_block(0, &["Hi."]),
+        finish("end_turn", 2),
+    ]
+    .concat()
+    .concat();
+    let server = fake::KeepAliveServer::start(body).await;
+    let provider = AnthropicProvider::new(
+        &server.origin,
+        Some(KEY.to_owned()),
+        AnthropicOptions::default(),
+        ModelLimits {
+            retries: 0,
+            ..ModelLimits::default()
+        },
+    )
+    .unwrap();
+    let rounds = 6;
+    for _ in 0..rounds {
+        let reply = provider
+            .stream(&hello(), &Collect::default())
+            .await
+            .unwrap();
+        assert_eq!(reply.text, "Hi.");
+    }
+    assert_eq!(server.requests(), rounds);
+    // Read to the end of each body at `message_stop`, the connection serves the next round.
+    assert!(
+        server.connections() <= 2,
+        "{} connections",
+        server.connections()
+    );
+}

@@ -269,3 +269,90 @@ pub fn string<'v>(value: &'v Value, key: &str, at: &str) -> Result<&'v str, Stri
         .and_then(Value::as_str)
         .ok_or_else(|| format!("{at}.{key} must be a string"))
 }
+
+/// A bare HTTP/1.1 keep-alive server that answers every request on a connection with the
+/// same chunked event stream, sending the end of the body a moment after the last event (as
+/// servers often do, in a later packet), and counts the connections it accepts.
+#[derive(Debug)]
+pub struct KeepAliveServer {
+    /// `http://127.0.0.1:PORT`
+    pub origin: String,
+    connections: Arc<std::sync::atomic::AtomicUsize>,
+    requests: Arc<std::sync::atomic::AtomicUsize>,
+}
+
+impl KeepAliveServer {
+    /// Serve `body` (the whole event stream) to every request.
+    pub async fn start(body: String) -> Self {
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let origin = format!("http://{}", listener.local_addr().unwrap());
+        let connections = Arc::new(AtomicUsize::new(0));
+        let requests = Arc::new(AtomicUsize::new(0));
+        let (conns, reqs) = (Arc::clone(&connections), Arc::clone(&requests));
+        let body: Arc<str> = body.into();
+        tokio::spawn(async move {
+            while let Ok((mut socket, _)) = listener.accept().await {
+                conns.fetch_add(1, Ordering::SeqCst);
+                let (reqs, body) = (Arc::clone(&reqs), Arc::clone(&body));
+                tokio::spawn(async move {
+                    let mut buffer = Vec::new();
+                    loop {
+                        // Read one request: headers, then a body of Content-Length bytes.
+                        let head_end = loop {
+                            if let Some(at) = buffer.windows(4).position(|w| w == b"\r\n\r\n") {
+                                break at + 4;
+                            }
+                            let mut chunk = [0u8; 4096];
+                            match socket.read(&mut chunk).await {
+                                Ok(0) | Err(_) => return,
+                                Ok(n) => buffer.extend_from_slice(&chunk[..n]),
+                            }
+                        };
+                        let head = String::from_utf8_lossy(&buffer[..head_end]).to_lowercase();
+                        let length: usize = head
+                            .lines()
+                            .find_map(|l| l.strip_prefix("content-length:"))
+                            .map_or(0, |v| v.trim().parse().unwrap());
+                        while buffer.len() < head_end + length {
+                            let mut chunk = [0u8; 4096];
+                            match socket.read(&mut chunk).await {
+                                Ok(0) | Err(_) => return,
+                                Ok(n) => buffer.extend_from_slice(&chunk[..n]),
+                            }
+                        }
+                        buffer.drain(..head_end + length);
+                        reqs.fetch_add(1, Ordering::SeqCst);
+                        let reply = format!(
+                            "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n{:x}\r\n{body}\r\n",
+                            body.len()
+                        );
+                        if socket.write_all(reply.as_bytes()).await.is_err() {
+                            return;
+                        }
+                        tokio::time::sleep(Duration::from_millis(2)).await;
+                        if socket.write_all(b"0\r\n\r\n").await.is_err() {
+                            return;
+                        }
+                    }
+                });
+            }
+        });
+        KeepAliveServer {
+            origin,
+            connections,
+            requests,
+        }
+    }
+
+    /// Connections accepted so far.
+    pub fn connections(&self) -> usize {
+        self.connections.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    /// Requests answered so far.
+    pub fn requests(&self) -> usize {
+        self.requests.load(std::sync::atomic::Ordering::SeqCst)
+    }
+}

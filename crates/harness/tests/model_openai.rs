@@ -1061,3 +1061,38 @@ async fn a_rejected_request_shows_the_providers_own_message() {
         vec![(400, "Unknown parameter: 'foo'. See the docs.".to_owned())]
     );
 }
+
+#[tokio::test]
+async fn rounds_reuse_one_connection() {
+    let body = [
+        chunk(json!({"role": "assistant", "content": "Hi."}), None),
+        chunk(json!({}), Some("stop")),
+        done(),
+    ]
+    .concat();
+    let server = fake::KeepAliveServer::start(body).await;
+    let provider = OpenAiProvider::new(
+        &format!("{}/v1", server.origin),
+        Some(KEY.to_owned()),
+        OpenAiOptions::default(),
+        limits(),
+    )
+    .unwrap();
+    let rounds = 6;
+    for _ in 0..rounds {
+        let reply = provider
+            .stream(&hello(), &Collect::default())
+            .await
+            .unwrap();
+        assert_eq!(reply.text, "Hi.");
+    }
+    assert_eq!(server.requests(), rounds);
+    // Each round read its body to the end, so the pool handed the next round the same
+    // connection (before, each round's connection closed at `[DONE]`: six connections). One
+    // spare is allowed for a machine slow enough to miss the inline read.
+    assert!(
+        server.connections() <= 2,
+        "{} connections",
+        server.connections()
+    );
+}

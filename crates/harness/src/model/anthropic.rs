@@ -32,7 +32,7 @@ use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
 use serde_json::{Map, Value, json};
 
 use super::error::{ModelError, classify_stream_error};
-use super::http::{EventStream, build_client, key_header, post_event_stream};
+use super::http::{EventStream, build_client, finish_stream, key_header, post_event_stream};
 use super::openai::decode_arguments;
 use super::provider::{ModelFuture, ModelLimits, ModelProvider, ReplyObserver};
 use super::sse::Event;
@@ -578,6 +578,7 @@ async fn read_stream(
             }
             "message_stop" => {
                 stopped = true;
+                finish_stream(events).await;
                 break;
             }
             "ping" => {}

@@ -173,6 +173,40 @@ pub(crate) async fn post_event_stream(
     Ok(Box::pin(sse::events(Box::pin(bytes))))
 }
 
+/// How long a finished reply's stream is read inline for the end of its body.
+const DRAIN_INLINE: std::time::Duration = std::time::Duration::from_millis(50);
+/// How long the rest of a finished reply's body may take in the background.
+const DRAIN_BACKGROUND: std::time::Duration = std::time::Duration::from_secs(5);
+/// The most events read past a reply's last one.
+const DRAIN_EVENTS: usize = 64;
+
+/// Read what is left of a finished reply's stream (its last event already seen) so the
+/// connection goes back to the pool. hyper reuses a connection only once its body has been
+/// read to the end, and a server sends the end of a chunked body after its last event, often
+/// in a later packet: dropping the stream at `[DONE]` or `message_stop` closed the connection
+/// and the next round paid for a new one. The end usually arrives at once and is read
+/// inline; a server that keeps the body open is given a short while in the background and
+/// then dropped, so no round waits long for it. Anything read here is ignored.
+pub(crate) async fn finish_stream(mut events: EventStream) {
+    let drain = async move {
+        let mut extra = 0;
+        while events.next().await.is_some() {
+            extra += 1;
+            if extra >= DRAIN_EVENTS {
+                break;
+            }
+        }
+    };
+    let mut drain = Box::pin(drain);
+    if timeout(DRAIN_INLINE, &mut drain).await.is_err()
+        && let Ok(runtime) = tokio::runtime::Handle::try_current()
+    {
+        runtime.spawn(async move {
+            let _ = timeout(DRAIN_BACKGROUND, drain).await;
+        });
+    }
+}
+
 /// The first wait between retries; each next one doubles.
 const BACKOFF_START: std::time::Duration = std::time::Duration::from_secs(1);
 /// The longest `Retry-After` honoured.

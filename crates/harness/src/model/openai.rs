@@ -27,7 +27,7 @@ use serde::Deserialize;
 use serde_json::{Map, Value, json};
 
 use super::error::{ModelError, classify_stream_error};
-use super::http::{EventStream, build_client, key_header, post_event_stream};
+use super::http::{EventStream, build_client, finish_stream, key_header, post_event_stream};
 use super::provider::{ModelFuture, ModelLimits, ModelProvider, ReplyObserver};
 use super::sse::Event;
 use super::types::{
@@ -570,6 +570,7 @@ async fn read_stream(
         }
         if data == "[DONE]" {
             done = true;
+            finish_stream(events).await;
             break;
         }
         let chunk: Chunk = serde_json::from_str(data)
