@@ -239,9 +239,8 @@ fn sequence_to_json(
     for (key, value) in &entries {
         let len = path.len();
         if let Value::Integer(i) = key {
-            path.push('[');
-            path.push_str(&format_integer(*i));
-            path.push(']');
+            // Written in place: a path is built for every element but read only on error.
+            let _ = fmt::Write::write_fmt(path, format_args!("[{i}]"));
         }
         let item = convert(value, path, ancestors);
         path.truncate(len);

@@ -650,6 +650,7 @@ impl SectionVm {
                         }
                         t.into_lua_multi(lua)
                     }
+                    "loop_fits" => (Value::Boolean(true), loop_fits(&s, &a)).into_lua_multi(lua),
                     "loop_compose" => match loop_compose(lua, &s, &a, &b)? {
                         Ok((composed, fits)) => (composed, fits).into_lua_multi(lua),
                         Err(message) => (Value::Nil, message).into_lua_multi(lua),
@@ -1364,22 +1365,26 @@ fn loop_compose(
         Ok(records) => records,
         Err(message) => return Ok(Err(message)),
     };
-    let composed = conversation::compose(&records);
-    let mut fits = true;
-    if let Value::Table(_) = target {
-        let target = json::to_json(target, "model").unwrap_or(Json::Null);
-        let context = target.get("context").and_then(Json::as_u64).unwrap_or(1);
-        let max_tokens = target.get("max_tokens").and_then(Json::as_u64);
-        fits = shared
-            .borrow()
-            .usage
-            .precheck(&composed, &usage_key(&target), context, max_tokens);
-    }
     // The composed records stay on the Rust side: the round's request takes them from here
     // (see `resume`), so they are never converted back into Lua.
-    shared.borrow_mut().last_composed = composed;
+    shared.borrow_mut().last_composed = conversation::compose(&records);
     let _ = lua;
-    Ok(Ok((Value::Boolean(true), fits)))
+    Ok(Ok((Value::Boolean(true), loop_fits(shared, target))))
+}
+
+/// Whether the records last composed fit `target`'s context window (the request precheck);
+/// true when there is no target yet. `models.loop`'s first round asks this alone: its list
+/// was composed by the argument check just before, and nothing has changed it since.
+fn loop_fits(shared: &Rc<RefCell<Shared>>, target: &Value) -> bool {
+    let Value::Table(_) = target else {
+        return true;
+    };
+    let target = json::to_json(target, "model").unwrap_or(Json::Null);
+    let context = target.get("context").and_then(Json::as_u64).unwrap_or(1);
+    let max_tokens = target.get("max_tokens").and_then(Json::as_u64);
+    let st = shared.borrow();
+    st.usage
+        .precheck(&st.last_composed, &usage_key(&target), context, max_tokens)
 }
 
 /// Check the tool calls of a model reply (chapter 11, "What the loop appends").

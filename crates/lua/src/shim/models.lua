@@ -133,6 +133,8 @@ models.loop = function(...)
   local target, missing = host('round_model', handle)
   if missing then typed_error('internal', missing, nil, 'Binding') end
   local answered, rounds = false, 0
+  -- Whether the list still holds exactly what the check above composed.
+  local composed_now = true
   while true do
     if rounds >= cfg.round_cap then
       typed_error('tool_loop_exhausted', 'tool-call loop did not converge', nil, 'Tool')
@@ -141,13 +143,20 @@ models.loop = function(...)
     if P.has_model_tasks then
       local notices = P.module('tasks').notices()
       for i = 1, #notices do list[#list + 1] = { role = 'user', content = notices[i] } end
+      if #notices > 0 then composed_now = false end
     end
     -- The section's model is looked up again for every round (unless a handle pins it).
     if handle == nil then
       target, missing = host('round_model', nil)
       if missing then typed_error('internal', missing, nil, 'Binding') end
     end
-    local composed, fits = host('loop_compose', list, target)
+    local composed, fits
+    if composed_now then
+      composed, fits = host('loop_fits', target)
+    else
+      composed, fits = host('loop_compose', list, target)
+    end
+    composed_now = false
     if composed == nil then raise(fits) end
     if not fits then overflow(compactor, 'precheck') end
     -- The scope is rebuilt for every round; the composed records travel on the Rust side
