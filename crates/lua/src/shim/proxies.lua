@@ -1,10 +1,10 @@
 -- PromptForge proxies module: the guarded `var` proxy, the frozen `argv` proxy and the
 -- sealed `sys` table. Loaded on a section VM's first read of one of them (vm.lua builds them
--- lazily). Receives what it needs from vm.lua and reads no globals.
-local X = ...
-local host, raise, PROXY_DATA, unwrap = X.host, X.raise, X.PROXY_DATA, X.unwrap
-local type, tostring, setmetatable = X.type, X.tostring, X.setmetatable
-local rawget, rawset = X.rawget, X.rawset
+-- lazily). Receives what it needs from vm.lua (`P`) and reads no globals.
+local P = ...
+local host, raise, PROXY_DATA, unwrap = P.host, P.raise, P.PROXY_DATA, P.unwrap
+local type, tostring, setmetatable = P.type, P.tostring, P.setmetatable
+local rawget, rawset = P.rawget, P.rawset
 -- Paths name string keys dotted and every other key bracketed, as `to_json` does.
 local function path_segment(k)
   if type(k) == 'string' then return '.' .. k end
@@ -88,7 +88,7 @@ local sys = setmetatable({}, {
 })
 
 return {
-  var = function() return var_proxy(X.var_data, 'var') end,
+  var = function() return var_proxy(P.cfg.var, 'var') end,
   frozen = frozen,
   sys = sys,
 }

@@ -2,11 +2,11 @@
 -- calls that check the cancel flag before heavy work. Loaded on a section VM's first call of
 -- one of them; until then the VM holds only stubs (vm.lua).
 --
--- Receives the stock functions, captured when the VM was built (before any prompt code could
--- replace them), and returns the replacements by name. Reads no globals.
-local S = ...
-local host = S.host
-local tostring, format, dispatch, type, select = S.tostring, S.format, S.dispatch, S.type, S.select
+-- Wraps the stock functions vm.lua captured when the VM was built (`P.stock`, taken before any
+-- prompt code could replace them), and returns the replacements by name. Reads no globals.
+local P = ...
+local S, host, dispatch = P.stock, P.host, P.order
+local tostring, format, type, select = S.tostring, S.format, S.type, S.select
 local gmatch, pack, unpack, gsub = S.gmatch, S.pack, S.unpack, S.gsub
 local pcall, error, rawequal = S.pcall, S.error, S.rawequal
 local REFERENCE = { table = true, ['function'] = true, thread = true, userdata = true }

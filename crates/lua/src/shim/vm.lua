@@ -18,22 +18,25 @@ math.randomseed(cfg.seed)
 -- `text` module (text.lua), loaded on a VM's first call of one of these functions; here each
 -- is a stub that tail-calls the real one, and the stock functions are captured before any
 -- prompt code can replace them.
+-- Every shim module (text.lua, proxies.lua, store.lua, ...) loads through `module(name)`,
+-- defined below once its argument `P` exists.
+local module
+-- The stock functions the text module wraps, captured before any prompt code can replace them.
+local STOCK = {
+  tostring = tostring, format = string.format, gmatch = string.gmatch, gsub = string.gsub,
+  find = string.find, match = string.match, upper = string.upper, lower = string.lower,
+  reverse = string.reverse, byte = string.byte, rep = string.rep, sort = table.sort,
+  move = table.move, pack = table.pack, unpack = table.unpack, pcall = pcall, error = error,
+  rawequal = rawequal, type = type, select = select, setmetatable = setmetatable,
+  math_type = math.type, maxinteger = math.maxinteger,
+}
 do
-  local S = {
-    host = host, dispatch = cfg.order, tostring = tostring, format = string.format,
-    gmatch = string.gmatch, gsub = string.gsub, find = string.find, match = string.match,
-    upper = string.upper, lower = string.lower, reverse = string.reverse, byte = string.byte,
-    rep = string.rep, sort = table.sort, move = table.move, pack = table.pack,
-    unpack = table.unpack, pcall = pcall, error = error, rawequal = rawequal, type = type,
-    select = select, setmetatable = setmetatable, math_type = math.type,
-    maxinteger = math.maxinteger,
-  }
   local text
   local function stub(lib, name)
     rawset(lib, name, function(...)
       local m = text
       if m == nil then
-        m = host('load_module', 'text')(S)
+        m = module('text')
         text = m
       end
       return m[name](...)
@@ -175,19 +178,7 @@ end
 -- var, the frozen argv and sys are built on first use by the `proxies` module.
 local var_data = cfg.var
 local in_h1 = cfg.h1
-local proxies_module
-local function proxies()
-  local m = proxies_module
-  if m == nil then
-    m = host('load_module', 'proxies')({
-      host = host, raise = raise, PROXY_DATA = PROXY_DATA, unwrap = unwrap, type = type,
-      tostring = tostring, setmetatable = setmetatable, rawget = rawget, rawset = rawset,
-      var_data = var_data,
-    })
-    proxies_module = m
-  end
-  return m
-end
+local function proxies() return module('proxies') end
 -- The `var` proxy once built (nil while `var` is pending), and the frozen argv.
 local var
 local frozen_argv
@@ -379,12 +370,12 @@ local P = {
   table_pack = table_pack, table_unpack = table_unpack,
   control_pending = function() return host('control_pending') end,
   handler_depth = 0,
-  unwrap = unwrap,
+  unwrap = unwrap, PROXY_DATA = PROXY_DATA, stock = STOCK,
   -- Whether this section's model has started tasks, so its rounds gather task notices.
   has_model_tasks = cfg.model_tasks,
 }
 local loaded = {}
-local function module(name)
+module = function(name)
   local m = loaded[name]
   if m == nil then
     m = host('load_module', name)(P)
@@ -473,18 +464,17 @@ LAZY = {
     })
   end,
 }
--- Build one pending global (nil when `k` is not pending).
+-- Build one pending global.
 materialize = function(k)
   local make = LAZY[k]
-  if make == nil then return nil end
   LAZY[k] = nil
   local v = make()
   rawset(G, k, v)
   return v
 end
 materialize_all = function()
-  -- Every pending name, in a fixed order (the key order of a table is not).
-  -- (Strings iterate bytewise whatever their insertion order, so any build order will do.)
+  -- Names first, then the builds, so LAZY is not changed while it is traversed. (Global
+  -- names iterate bytewise whatever their insertion order, so the build order never shows.)
   local names = {}
   for k in next, LAZY do names[#names + 1] = k end
   for i = 1, #names do materialize(names[i]) end
