@@ -651,7 +651,7 @@ impl SectionVm {
                         t.into_lua_multi(lua)
                     }
                     "loop_fits" => (Value::Boolean(true), loop_fits(&s, &a)).into_lua_multi(lua),
-                    "loop_compose" => match loop_compose(lua, &s, &a, &b)? {
+                    "loop_compose" => match loop_compose(&s, &a, &b)? {
                         Ok((composed, fits)) => (composed, fits).into_lua_multi(lua),
                         Err(message) => (Value::Nil, message).into_lua_multi(lua),
                     },
@@ -1353,7 +1353,6 @@ fn usage_key(target: &Json) -> String {
 /// Check a `models.loop` list and compose what the next round sends. With a target model,
 /// also run the precheck: `(composed, fits)`.
 fn loop_compose(
-    lua: &Lua,
     shared: &Rc<RefCell<Shared>>,
     list: &Value,
     target: &Value,
@@ -1368,7 +1367,6 @@ fn loop_compose(
     // The composed records stay on the Rust side: the round's request takes them from here
     // (see `resume`), so they are never converted back into Lua.
     shared.borrow_mut().last_composed = conversation::compose(&records);
-    let _ = lua;
     Ok(Ok((Value::Boolean(true), loop_fits(shared, target))))
 }
 
