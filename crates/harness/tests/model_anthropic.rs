@@ -913,19 +913,5 @@ async fn rounds_reuse_one_connection() {
         },
     )
     .unwrap();
-    let rounds = 6;
-    for _ in 0..rounds {
-        let reply = provider
-            .stream(&hello(), &Collect::default())
-            .await
-            .unwrap();
-        assert_eq!(reply.text, "Hi.");
-    }
-    assert_eq!(server.requests(), rounds);
-    // Read to the end of each body at `message_stop`, the connection serves the next round.
-    assert!(
-        server.connections() <= 2,
-        "{} connections",
-        server.connections()
-    );
+    fake::assert_rounds_share_a_connection(&server, &provider, &hello(), "Hi.").await;
 }

@@ -356,3 +356,26 @@ impl KeepAliveServer {
         self.requests.load(std::sync::atomic::Ordering::SeqCst)
     }
 }
+
+/// Make `rounds` rounds of `request` with `provider` against `server`, each answered with
+/// `text`, and check that they shared a connection: each round read its body to the end, so
+/// the pool handed the next round the same connection (a provider that drops the body at its
+/// last event opens one per round). One spare is allowed for a machine slow enough to miss
+/// the inline read.
+pub async fn assert_rounds_share_a_connection(
+    server: &KeepAliveServer,
+    provider: &dyn promptforge_harness::model::ModelProvider,
+    request: &promptforge_harness::model::ChatRequest,
+    text: &str,
+) {
+    let rounds = 6;
+    for _ in 0..rounds {
+        assert_eq!(provider.complete(request).await.unwrap().text, text);
+    }
+    assert_eq!(server.requests(), rounds);
+    assert!(
+        server.connections() <= 2,
+        "{} connections",
+        server.connections()
+    );
+}

@@ -238,6 +238,18 @@ fn chunk(delta: Value, finish: Option<&str>) -> String {
     }))
 }
 
+/// A reply trickling in: `count` content chunks of one `.`, each after a pause of `every`.
+fn dots(count: usize, every: Duration) -> Vec<Piece> {
+    (0..count)
+        .flat_map(|_| {
+            [
+                Piece::Pause(every),
+                Piece::Raw(chunk(json!({"content": "."}), None)),
+            ]
+        })
+        .collect()
+}
+
 fn done() -> String {
     "data: [DONE]\n\n".to_owned()
 }
@@ -668,11 +680,7 @@ async fn slow_headers_time_out() {
 async fn a_reply_that_keeps_streaming_is_never_cut_off() {
     // Eight chunks 150 ms apart: 1.2 s in all, far past the 300 ms receive timeout, but no
     // single wait reaches it.
-    let mut pieces = Vec::new();
-    for _ in 0..8 {
-        pieces.push(Piece::Pause(Duration::from_millis(150)));
-        pieces.push(Piece::Raw(chunk(json!({"content": "."}), None)));
-    }
+    let mut pieces = dots(8, Duration::from_millis(150));
     pieces.push(Piece::Raw(chunk(json!({}), Some("stop"))));
     pieces.push(Piece::Raw(done()));
     let server = start(vec![Step::Sse(pieces)]).await;
@@ -925,11 +933,7 @@ async fn a_redirect_is_never_followed_and_names_both_urls() {
 #[tokio::test]
 async fn a_trickling_reply_runs_into_the_round_deadline() {
     // A token every 100 ms never trips the 300 ms receive timeout, but the round has 500 ms.
-    let mut pieces = Vec::new();
-    for _ in 0..100 {
-        pieces.push(Piece::Pause(Duration::from_millis(100)));
-        pieces.push(Piece::Raw(chunk(json!({"content": "."}), None)));
-    }
+    let pieces = dots(100, Duration::from_millis(100));
     let server = start(vec![Step::Sse(pieces)]).await;
     let limits = ModelLimits {
         receive_timeout: Duration::from_millis(300),
@@ -1078,21 +1082,5 @@ async fn rounds_reuse_one_connection() {
         limits(),
     )
     .unwrap();
-    let rounds = 6;
-    for _ in 0..rounds {
-        let reply = provider
-            .stream(&hello(), &Collect::default())
-            .await
-            .unwrap();
-        assert_eq!(reply.text, "Hi.");
-    }
-    assert_eq!(server.requests(), rounds);
-    // Each round read its body to the end, so the pool handed the next round the same
-    // connection (before, each round's connection closed at `[DONE]`: six connections). One
-    // spare is allowed for a machine slow enough to miss the inline read.
-    assert!(
-        server.connections() <= 2,
-        "{} connections",
-        server.connections()
-    );
+    fake::assert_rounds_share_a_connection(&server, &provider, &hello(), "Hi.").await;
 }
