@@ -17,13 +17,15 @@ use promptforge_engine::protocol::{
 };
 use promptforge_engine::{Event, Outcome, Run};
 use promptforge_harness::model::{
-    ModelDescription, ModelError, ModelProvider, ReplyObserver, reply_answer, round_request,
+    ModelDescription, ModelError, ModelProvider, ReplyObserver, Usage, reply_answer, round_request,
 };
 use promptforge_harness::store::Store;
 use promptforge_harness::web::WebPlugin;
 use serde_json::{Value as Json, json};
 use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender, unbounded_channel};
 use tokio::task::AbortHandle;
+
+use crate::ui::{Progress, RoundLine};
 
 /// Held while a store operation runs: the cancel watchdog takes it before it ends the process,
 /// so a forced exit never lands in the middle of a write.
@@ -65,6 +67,9 @@ const NO_OPERATOR: &str = "User input is unavailable in this host; continue with
 pub enum HostMessage {
     /// An effect's answer.
     Answer(EffectId, Answer),
+    /// A model round ended with a reply (and its usage, when the provider reported it); its
+    /// answer follows.
+    Replied(EffectId, Option<Usage>),
     /// Look at the cancel flag (sent by the Ctrl-C handler).
     Wake,
 }
@@ -82,6 +87,32 @@ enum AskShape {
     Tool,
 }
 
+/// Where the Host's notes for people go (a retry, a server's message).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Notes {
+    /// Lines on stderr (above the progress display when one is drawn).
+    Stderr,
+    /// JSON lines on stdout, with the events (`--events`).
+    JsonStdout,
+    /// Kept for the run's diagnosis only (batch runs, whose own display owns the terminal).
+    Keep,
+}
+
+/// What the Host learned about the run's model failures, for the hint a person sees at the
+/// end: the server's own words and the Harness's detail (the URL tried, what to check).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Diagnosis {
+    /// The last status and message a model server refused a round with.
+    pub server_message: Option<(u16, String)>,
+    /// The last model failure's detail beyond its fixed text.
+    pub detail: Option<String>,
+    /// A model round failed on the infrastructure: the backend unreachable, timing out, or
+    /// refusing with a status (a batch's `--retry-errors` runs such a run again).
+    pub infrastructure: bool,
+}
+
+type SharedDiagnosis = Arc<std::sync::Mutex<Diagnosis>>;
+
 /// Performs effects for one run.
 #[derive(Debug)]
 pub struct Host {
@@ -90,50 +121,110 @@ pub struct Host {
     operator: Operator,
     store: Store,
     cancel: Arc<AtomicBool>,
-    runtime: tokio::runtime::Runtime,
+    runtime: HostRuntime,
     tx: UnboundedSender<HostMessage>,
     rx: UnboundedReceiver<HostMessage>,
     /// The terminal operator's thread, started on the first question.
     terminal: Option<std::sync::mpsc::Sender<(EffectId, AskShape)>>,
     /// Questions the run withdrew (a cancelled task's): the terminal thread skips them.
     withdrawn: Withdrawn,
-    /// Report Host events (a model round's retries) as JSON lines (`--events`).
-    json_events: bool,
+    /// Where notes go.
+    notes: Notes,
+    /// The live display and the run's totals.
+    progress: Progress,
+    /// Model rounds in flight across every run that shares it (a batch's concurrency limit).
+    round_slots: Option<Arc<tokio::sync::Semaphore>>,
+    diagnosis: SharedDiagnosis,
+    /// Operator questions on the terminal not yet answered.
+    asking: std::collections::BTreeSet<EffectId>,
 }
 
-/// Watches a model round in flight for the Host: its retries are reported on stderr, so a
-/// round waiting out a rate limit never looks hung.
-struct RoundWatch {
-    effect: EffectId,
-    json: bool,
+/// The tokio runtime a Host drives its effects on: its own, or one shared by many runs (a
+/// batch). Runs that share a provider must share a runtime: a pooled connection lives on the
+/// runtime that opened it, and dies with it.
+#[derive(Debug)]
+enum HostRuntime {
+    /// A current-thread runtime of this run's own, driven by the Host loop.
+    Own(tokio::runtime::Runtime),
+    /// A multi-thread runtime's handle, shared with other runs.
+    Shared(tokio::runtime::Handle),
 }
 
-impl ReplyObserver for RoundWatch {
-    fn server_message(&self, status: u16, message: &str) {
-        if self.json {
-            eprintln!(
-                "{}",
-                json!({"host_event": "model_server_message", "effect": self.effect,
-                       "status": status, "message": message})
-            );
-        } else {
-            eprintln!("note: the model server answered {status}: {message}");
+impl HostRuntime {
+    fn block_on<F: std::future::Future>(&self, future: F) -> F::Output {
+        match self {
+            HostRuntime::Own(runtime) => runtime.block_on(future),
+            HostRuntime::Shared(handle) => handle.block_on(future),
         }
     }
 
+    fn spawn<F>(&self, future: F) -> tokio::task::JoinHandle<F::Output>
+    where
+        F: std::future::Future + Send + 'static,
+        F::Output: Send + 'static,
+    {
+        match self {
+            HostRuntime::Own(runtime) => runtime.spawn(future),
+            HostRuntime::Shared(handle) => handle.spawn(future),
+        }
+    }
+}
+
+/// Show a note for people where the Host's notes go.
+fn note(notes: Notes, text: &str, json: impl FnOnce() -> Json) {
+    match notes {
+        Notes::Stderr => crate::ui::print_line(&format!("note: {text}")),
+        Notes::JsonStdout => println!("{}", json()),
+        Notes::Keep => {}
+    }
+}
+
+/// Watches a model round in flight for the Host: its reply streams onto its progress line,
+/// and its retries are reported, so a round waiting out a rate limit never looks hung.
+struct RoundWatch {
+    effect: EffectId,
+    notes: Notes,
+    line: Arc<RoundLine>,
+    diagnosis: SharedDiagnosis,
+}
+
+impl ReplyObserver for RoundWatch {
+    fn text(&self, fragment: &str) {
+        self.line.text(fragment);
+    }
+
+    fn reasoning(&self, _fragment: &str) {
+        self.line.reasoning();
+    }
+
+    fn server_message(&self, status: u16, message: &str) {
+        self.diagnosis
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .server_message = Some((status, message.to_owned()));
+        note(
+            self.notes,
+            &format!("the model server answered {status}: {message}"),
+            || {
+                json!({"host_event": "model_server_message", "effect": self.effect,
+                       "status": status, "message": message})
+            },
+        );
+    }
+
     fn retry(&self, attempt: u32, wait: std::time::Duration, error: &ModelError) {
-        if self.json {
-            eprintln!(
-                "{}",
+        self.line.waiting(&error.to_string(), wait);
+        note(
+            self.notes,
+            &format!(
+                "{error}; sending the model round again in {:.1} s (retry {attempt})",
+                wait.as_secs_f64()
+            ),
+            || {
                 json!({"host_event": "model_retry", "effect": self.effect, "attempt": attempt,
                        "wait_ms": wait.as_millis() as u64, "reason": error.to_string()})
-            );
-        } else {
-            eprintln!(
-                "note: {error}; sending the model round again in {:.1} s (retry {attempt})",
-                wait.as_secs_f64()
-            );
-        }
+            },
+        );
     }
 }
 
@@ -188,18 +279,41 @@ impl Host {
             operator,
             store,
             cancel,
-            runtime,
+            runtime: HostRuntime::Own(runtime),
             tx,
             rx,
             terminal: None,
             withdrawn: Arc::default(),
-            json_events: false,
+            notes: Notes::Stderr,
+            progress: Progress::new(false),
+            round_slots: None,
+            diagnosis: Arc::default(),
+            asking: Default::default(),
         })
     }
 
-    /// Report Host events as JSON lines on stderr (with `--events`), else as notes.
-    pub fn json_events(mut self, on: bool) -> Self {
-        self.json_events = on;
+    /// Where the Host's notes go (default: stderr).
+    pub fn notes(mut self, notes: Notes) -> Self {
+        self.notes = notes;
+        self
+    }
+
+    /// Draw the live progress display on stderr.
+    pub fn progress(mut self, draw: bool) -> Self {
+        self.progress = Progress::new(draw);
+        self
+    }
+
+    /// Drive effects on a multi-thread runtime shared with other runs (a batch), whose
+    /// providers' connection pools live on it.
+    pub fn shared_runtime(mut self, handle: tokio::runtime::Handle) -> Self {
+        self.runtime = HostRuntime::Shared(handle);
+        self
+    }
+
+    /// Share a limit on model rounds in flight with other runs (a batch).
+    pub fn round_slots(mut self, slots: Arc<tokio::sync::Semaphore>) -> Self {
+        self.round_slots = Some(slots);
         self
     }
 
@@ -208,12 +322,31 @@ impl Host {
         &self.store
     }
 
+    /// The run's store, to look into after the run.
+    pub fn store_mut(&mut self) -> &mut Store {
+        &mut self.store
+    }
+
+    /// The live display and the run's totals.
+    pub fn progress_state(&mut self) -> &mut Progress {
+        &mut self.progress
+    }
+
+    /// What the run's model failures said.
+    pub fn diagnosis(&self) -> Diagnosis {
+        self.diagnosis
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
     /// Drive a run to its end, handing every event to `on_event` as it happens.
     pub fn drive(&mut self, run: &mut Run, on_event: &mut dyn FnMut(&Event)) -> Outcome {
         let mut in_flight: BTreeMap<EffectId, AbortHandle> = BTreeMap::new();
         loop {
             let step = run.step();
             for event in run.take_events() {
+                self.progress.event(&event);
                 on_event(&event);
             }
             let batch = match step {
@@ -221,6 +354,7 @@ impl Host {
                     for handle in in_flight.values() {
                         handle.abort();
                     }
+                    self.progress.finish();
                     return outcome;
                 }
                 Step::Effects(batch) => batch,
@@ -229,6 +363,7 @@ impl Host {
                 if let Some(handle) = in_flight.remove(id) {
                     handle.abort();
                 }
+                self.progress.round_finished(*id, None);
             }
             if self.terminal.is_some() && !batch.withdrawn.is_empty() {
                 let mut withdrawn = self.withdrawn.lock().unwrap_or_else(|e| e.into_inner());
@@ -236,7 +371,10 @@ impl Host {
             }
             let mut answered = false;
             for (id, effect) in batch.issued {
-                match self.start(id, effect) {
+                let task = matches!(effect, Effect::ModelRound(_))
+                    .then(|| run.effect_task(id))
+                    .flatten();
+                match self.start(id, effect, task) {
                     Started::Now(answer) => {
                         run.resume(id, answer);
                         answered = true;
@@ -258,9 +396,19 @@ impl Host {
             };
             let mut message = Some(first);
             while let Some(next) = message {
-                if let HostMessage::Answer(id, answer) = next {
-                    in_flight.remove(&id);
-                    run.resume(id, answer);
+                match next {
+                    HostMessage::Answer(id, answer) => {
+                        in_flight.remove(&id);
+                        if self.asking.remove(&id) && self.asking.is_empty() {
+                            self.progress.pause(false);
+                        }
+                        self.progress.round_finished(id, None);
+                        run.resume(id, answer);
+                    }
+                    HostMessage::Replied(id, usage) => {
+                        self.progress.round_finished(id, Some(usage.as_ref()));
+                    }
+                    HostMessage::Wake => {}
                 }
                 message = self.rx.try_recv().ok();
             }
@@ -270,8 +418,8 @@ impl Host {
         }
     }
 
-    /// Start one effect.
-    fn start(&mut self, id: EffectId, effect: Effect) -> Started {
+    /// Start one effect (`task`: the task that issued a model round, for the display).
+    fn start(&mut self, id: EffectId, effect: Effect, task: Option<String>) -> Started {
         match effect {
             Effect::Store(op) => {
                 let _gate = STORE_GATE.lock().unwrap_or_else(|e| e.into_inner());
@@ -280,7 +428,7 @@ impl Host {
                     Err(err) => store_error_answer(&err),
                 })
             }
-            Effect::ModelRound(round) => self.model_round(id, round),
+            Effect::ModelRound(round) => self.model_round(id, round, task),
             Effect::Timer { duration } => {
                 let tx = self.tx.clone();
                 Started::Task(
@@ -324,6 +472,9 @@ impl Host {
                 if terminal.send((id, shape)).is_err() {
                     return Started::Now(tool_failure("the operator's terminal is gone"));
                 }
+                // The person types on the terminal the display draws on: hide it meanwhile.
+                self.asking.insert(id);
+                self.progress.pause(true);
                 Started::Later
             }
         }
@@ -352,7 +503,7 @@ impl Host {
 
     /// A model round: answered at once by a provider that needs no I/O (the scripted model,
     /// which so binds each reply in issue order), else run as a task on the runtime.
-    fn model_round(&self, id: EffectId, round: ModelRound) -> Started {
+    fn model_round(&mut self, id: EffectId, round: ModelRound, task: Option<String>) -> Started {
         let Some(model) = &self.model else {
             return Started::Now(internal(
                 "model access is turned off or not configured",
@@ -363,21 +514,36 @@ impl Host {
             Ok(request) => request,
             Err(message) => return Started::Now(internal(message, RunErrorKind::Internal)),
         };
+        let infer = round.infer;
         if let Some(result) = model.provider.answer_at_once(&request) {
-            return Started::Now(round_answer(round.infer, result));
+            if let Ok(reply) = &result {
+                self.progress.round_finished(id, Some(reply.usage.as_ref()));
+            }
+            return Started::Now(round_answer(infer, result, &self.diagnosis, self.notes));
         }
         let provider = model.provider.clone();
         let tx = self.tx.clone();
-        let infer = round.infer;
         let watch = RoundWatch {
             effect: id,
-            json: self.json_events,
+            notes: self.notes,
+            line: self.progress.round_started(id, task),
+            diagnosis: self.diagnosis.clone(),
         };
+        let slots = self.round_slots.clone();
         Started::Task(
             self.runtime
                 .spawn(async move {
+                    // A batch's runs share one limit on rounds in flight.
+                    let _slot = match &slots {
+                        Some(slots) => slots.acquire().await.ok(),
+                        None => None,
+                    };
                     let result = provider.stream(&request, &watch).await;
-                    let _ = tx.send(HostMessage::Answer(id, round_answer(infer, result)));
+                    if let Ok(reply) = &result {
+                        let _ = tx.send(HostMessage::Replied(id, reply.usage));
+                    }
+                    let answer = round_answer(infer, result, &watch.diagnosis, watch.notes);
+                    let _ = tx.send(HostMessage::Answer(id, answer));
                 })
                 .abort_handle(),
         )
@@ -400,16 +566,31 @@ enum Started {
 fn round_answer(
     infer: bool,
     result: Result<promptforge_harness::model::Reply, ModelError>,
+    diagnosis: &SharedDiagnosis,
+    notes: Notes,
 ) -> Answer {
     match result {
         Ok(reply) => Answer::Value(reply_answer(&reply)),
         Err(err) if !infer && err.is_context_overflow() => Answer::Value(json!({"overflow": true})),
         Err(err) => {
+            if !matches!(err, ModelError::Disabled) {
+                diagnosis
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .infrastructure = true;
+            }
             // The run's message is the spec's fixed text; what the Harness knows beyond it
             // (the URL tried, where its setting came from, a redirect's target) goes to
             // the person running it.
             if let Some(detail) = err.detail() {
-                eprintln!("note: the model round failed: {detail}");
+                diagnosis.lock().unwrap_or_else(|e| e.into_inner()).detail =
+                    Some(detail.to_owned());
+                if notes == Notes::JsonStdout {
+                    note(notes, "", || {
+                        json!({"host_event": "model_failure", "message": err.to_string(),
+                               "detail": detail})
+                    });
+                }
             }
             internal(err.to_string(), RunErrorKind::Completion)
         }

@@ -1,14 +1,18 @@
 //! The `promptforge` command-line Host.
 
+use std::io::IsTerminal;
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, Parser, Subcommand};
 
+mod batch;
 mod check;
+mod describe;
 mod host;
 mod models;
 mod run;
 mod source;
+mod ui;
 
 // Every section entry builds and frees a whole Lua state, thousands of small allocations;
 // mimalloc frees and reuses them markedly faster than the system allocator (see
@@ -19,7 +23,14 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 /// PromptForge: run Markdown prompt programs.
 #[derive(Debug, Parser)]
 #[command(name = "promptforge", version, about, propagate_version = true)]
-struct Cli {
+pub(crate) struct Cli {
+    /// Log what the Host does on stderr: -v requests, statuses, retries and timings; -vv more.
+    /// Keys and prompt text are never logged.
+    #[arg(short, long, global = true, action = clap::ArgAction::Count)]
+    verbose: u8,
+    /// No progress display and no summary line.
+    #[arg(short, long, global = true)]
+    quiet: bool,
     #[command(subcommand)]
     command: Command,
 }
@@ -28,17 +39,61 @@ struct Cli {
 enum Command {
     /// Parse prompt files and report every problem without running anything.
     Check(check::CheckArgs),
-    /// Run a prompt.
+    /// Run a prompt (`run PROMPT --help` shows what that prompt takes).
     Run(Box<run::RunArgs>),
+    /// Run a prompt once per line of a JSON-lines file of inputs, checking expectations.
+    Batch(Box<batch::BatchArgs>),
+    /// Join the result files of sharded batches (`batch --shard I/N`) into one, in input order.
+    Merge(batch::MergeArgs),
+    /// Show what a prompt takes: its args, model roles, tool slots, Plugins and files.
+    Describe(describe::DescribeArgs),
     /// List the model catalog (promptforge.toml, the user config file, and quick ids).
     Models(models::ModelsArgs),
+    /// Print a shell completion script: `promptforge completions bash > ...`.
+    Completions {
+        /// The shell.
+        shell: clap_complete::Shell,
+    },
+}
+
+/// `-v` logs through tracing: promptforge's own targets at info (`-v`) or debug (`-vv`), every
+/// dependency's too at trace (`-vvv`). `RUST_LOG` overrides the level when set.
+fn start_logs(verbose: u8) {
+    if verbose == 0 {
+        return;
+    }
+    let level = match verbose {
+        1 => "promptforge=info",
+        2 => "promptforge=debug",
+        _ => "trace",
+    };
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(level));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_ansi(std::io::stderr().is_terminal())
+        .with_writer(ui::LogWriter::default)
+        .try_init();
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    start_logs(cli.verbose);
+    let ui = run::Ui {
+        progress: !cli.quiet && std::io::stderr().is_terminal(),
+        verbose: cli.verbose,
+    };
     match cli.command {
         Command::Check(args) => check::check(&args),
-        Command::Run(args) => run::run(&args),
+        Command::Run(args) => run::run(&args, ui),
+        Command::Batch(args) => batch::batch(&args, ui),
+        Command::Merge(args) => batch::merge(&args),
+        Command::Describe(args) => describe::describe(&args),
         Command::Models(args) => models::models(&args),
+        Command::Completions { shell } => {
+            let mut command = Cli::command();
+            clap_complete::generate(shell, &mut command, "promptforge", &mut std::io::stdout());
+            ExitCode::SUCCESS
+        }
     }
 }

@@ -1,9 +1,11 @@
 //! `promptforge run PROMPT`: run a prompt and report its one outcome.
 //!
 //! With `--json`, stdout holds exactly one JSON object (the outcome, in the shape of the
-//! conformance contract); without it, the result goes to stdout and a failure to stderr as
-//! `error[KIND]: message` with the prompt location. Exit status: 0 completed, 1 failed,
-//! 130 cancelled, 2 usage error before any run.
+//! conformance contract); with `--events`, stdout holds JSON lines only: every event, the
+//! Host's notes, and the outcome last. Otherwise the result goes to stdout and a failure to
+//! stderr as `error[KIND]: message` with the prompt location and a hint where the Host can
+//! tell what to do. On a terminal a live progress display and a summary line go to stderr.
+//! Exit status: 0 completed, 1 failed, 130 cancelled, 2 usage error before any run.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -18,7 +20,7 @@ use promptforge_harness::model::{Catalog, Environment, ScriptedModel};
 use promptforge_harness::store::{Store, collect_output_file, place_input_file};
 use promptforge_harness::web::{RealNetwork, ScriptedNetwork, WebPlugin};
 
-use crate::host::{CurrentModel, Host, HostMessage, Operator, channel};
+use crate::host::{CurrentModel, Diagnosis, Host, HostMessage, Notes, Operator, channel};
 use promptforge_engine::run::USER_INPUT_PLUGIN;
 use promptforge_engine::{EventKind, TaskEnding};
 use promptforge_engine::{PluginInfo, ToolInfo};
@@ -29,13 +31,21 @@ use std::io::IsTerminal;
 use crate::source::read_prompt;
 
 #[derive(Debug, Args)]
+#[command(disable_help_flag = true)]
 pub struct RunArgs {
     /// The prompt file to run.
-    #[arg(value_name = "PROMPT")]
-    prompt: PathBuf,
-    /// The run's raw argument string (`args`).
+    #[arg(value_name = "PROMPT", required_unless_present = "help")]
+    prompt: Option<PathBuf>,
+    /// Print help; with PROMPT, first what that prompt takes (its args, roles, tools, files).
+    #[arg(short = 'h', long = "help", action = clap::ArgAction::SetTrue)]
+    help: bool,
+    /// The run's raw argument string (`args`); `-` reads it from stdin.
     #[arg(long = "args", value_name = "STRING")]
     run_args: Option<String>,
+    /// One structured argument, NAME=VALUE, typed by the prompt's `args:` declaration
+    /// (repeatable; see `promptforge describe PROMPT`).
+    #[arg(long = "arg", value_name = "NAME=VALUE", conflicts_with = "run_args")]
+    arg: Vec<String>,
     /// Print exactly one JSON object, the run's outcome, on stdout.
     #[arg(long)]
     json: bool,
@@ -63,17 +73,20 @@ pub struct RunArgs {
     #[arg(long = "input", value_name = "TEXT")]
     inputs: Vec<String>,
     /// The run's store is this directory on disk (default: a fresh directory under the
-    /// system temp folder, reported on stderr and kept after the run).
+    /// system temp folder, removed after the run unless it failed or --keep-store is given).
     #[arg(long, value_name = "DIR")]
     store: Option<PathBuf>,
+    /// Keep the fresh store directory after the run and print its path.
+    #[arg(long, conflicts_with = "store")]
+    keep_store: bool,
     /// Place this host file in the store as the prompt's declared `input:` file.
     #[arg(long, value_name = "PATH")]
     input_file: Option<PathBuf>,
     /// Copy the prompt's declared `output:` file here after the run.
     #[arg(long, value_name = "PATH")]
     output_file: Option<PathBuf>,
-    /// Print every event of the run (lifecycle reports and `log` checkpoints) on stderr, one
-    /// JSON object a line. Without it, `log` checkpoints show on stderr unless `--json`.
+    /// Print every event of the run (lifecycle reports and `log` checkpoints) and the Host's
+    /// notes on stdout as JSON lines, the outcome last; nothing else goes to stdout.
     #[arg(long)]
     events: bool,
     /// The most tasks (fanout arms included) that run at once; a prompt can only lower it
@@ -83,17 +96,23 @@ pub struct RunArgs {
     concurrency: u32,
 }
 
+impl RunArgs {
+    fn prompt_path(&self) -> &std::path::Path {
+        self.prompt.as_deref().unwrap_or(std::path::Path::new("-"))
+    }
+}
+
 /// The outcome object of the CLI contract.
 #[derive(Debug, Serialize)]
 #[serde(tag = "outcome", rename_all = "lowercase")]
-enum OutcomeJson {
+pub(crate) enum OutcomeJson {
     Completed { result: String },
     Cancelled,
     Failed { error: ErrorJson },
 }
 
 #[derive(Debug, Serialize)]
-struct ErrorJson {
+pub(crate) struct ErrorJson {
     kind: String,
     message: String,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -104,7 +123,7 @@ struct ErrorJson {
     column: Option<u32>,
 }
 
-fn outcome_json(outcome: &Outcome) -> OutcomeJson {
+pub(crate) fn outcome_json(outcome: &Outcome) -> OutcomeJson {
     match outcome {
         Outcome::Completed(result) => OutcomeJson::Completed {
             result: result.clone(),
@@ -123,8 +142,8 @@ fn outcome_json(outcome: &Outcome) -> OutcomeJson {
 }
 
 /// The run's start instant in milliseconds since the epoch: `--when`, or now.
-fn start_instant(args: &RunArgs) -> Result<i64, String> {
-    match &args.when {
+pub(crate) fn start_instant(when: Option<&str>) -> Result<i64, String> {
+    match when {
         Some(text) => chrono::DateTime::parse_from_rfc3339(text)
             .map(|t| t.timestamp_millis())
             .map_err(|e| format!("--when {text:?} is not an RFC 3339 instant: {e}")),
@@ -140,14 +159,14 @@ fn start_instant(args: &RunArgs) -> Result<i64, String> {
 
 /// A seed from the OS when `--seed` is not given: std's `RandomState` is keyed from the
 /// operating system's randomness, which is all a seed needs.
-fn os_seed() -> u64 {
+pub(crate) fn os_seed() -> u64 {
     use std::hash::{BuildHasher, Hasher};
     let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
     hasher.write_u64(0x5eed);
     hasher.finish()
 }
 
-fn read_snapshot(path: &std::path::Path) -> Result<serde_json::Value, String> {
+pub(crate) fn read_snapshot(path: &std::path::Path) -> Result<serde_json::Value, String> {
     let text = promptforge_harness::limits::read_capped_text(
         path,
         promptforge_harness::limits::SNAPSHOT_FILE_CAP,
@@ -164,11 +183,38 @@ fn read_snapshot(path: &std::path::Path) -> Result<serde_json::Value, String> {
     Ok(value)
 }
 
+/// The argument string: `--args` (`-` reads stdin), or `--arg` pairs typed by the prompt's
+/// declaration.
+fn argument_string(args: &RunArgs, prompt: &Prompt) -> Result<Option<String>, String> {
+    if !args.arg.is_empty() {
+        return crate::describe::structured_args(&prompt.frontmatter.args, &args.arg).map(Some);
+    }
+    match args.run_args.as_deref() {
+        Some("-") => {
+            use std::io::Read;
+            let mut text = String::new();
+            std::io::stdin()
+                .take(promptforge_harness::limits::PROMPT_FILE_CAP + 1)
+                .read_to_string(&mut text)
+                .map_err(|e| {
+                    format!("--args -: cannot read the argument string from stdin: {e}")
+                })?;
+            if text.len() as u64 > promptforge_harness::limits::PROMPT_FILE_CAP {
+                return Err(format!(
+                    "--args -: the argument string is larger than {} bytes",
+                    promptforge_harness::limits::PROMPT_FILE_CAP
+                ));
+            }
+            Ok(Some(text))
+        }
+        other => Ok(other.map(str::to_owned)),
+    }
+}
+
 /// Build the run's context from the flags (usage errors before any run).
 fn context(args: &RunArgs, cancel: Arc<AtomicBool>) -> Result<RunContext, String> {
-    let start_ms = start_instant(args)?;
+    let start_ms = start_instant(args.when.as_deref())?;
     let mut ctx = RunContext::new(args.seed.unwrap_or_else(os_seed), start_ms);
-    ctx.args = args.run_args.clone();
     ctx.snapshot = args.snapshot.as_deref().map(read_snapshot).transpose()?;
     ctx.cancel = cancel;
     ctx.concurrency = args.concurrency;
@@ -178,10 +224,10 @@ fn context(args: &RunArgs, cancel: Arc<AtomicBool>) -> Result<RunContext, String
 /// The config files (the model catalog and its `[search]` table), read at most once per run
 /// and only when something needs them (`--script` with `--web-script` needs nothing).
 #[derive(Debug, Default)]
-struct Config(std::cell::OnceCell<Result<Catalog, String>>);
+pub(crate) struct Config(std::cell::OnceCell<Result<Catalog, String>>);
 
 impl Config {
-    fn catalog(&self) -> Result<&Catalog, String> {
+    pub(crate) fn catalog(&self) -> Result<&Catalog, String> {
         self.0
             .get_or_init(|| {
                 let cwd = std::env::current_dir()
@@ -193,9 +239,14 @@ impl Config {
     }
 }
 
-/// The Host's current model: the scripted model, `--model`, or the catalog's default.
-fn current_model(args: &RunArgs, config: &Config) -> Result<Option<CurrentModel>, String> {
-    if let Some(path) = &args.script {
+/// The Host's current model: the scripted model of `script`, the `model` id, or the
+/// catalog's default.
+pub(crate) fn current_model(
+    script: Option<&std::path::Path>,
+    model: Option<&str>,
+    config: &Config,
+) -> Result<Option<CurrentModel>, String> {
+    if let Some(path) = script {
         let scripted = ScriptedModel::load(path).map_err(|e| e.to_string())?;
         let Some(description) = scripted.model().cloned() else {
             return Ok(None);
@@ -206,8 +257,8 @@ fn current_model(args: &RunArgs, config: &Config) -> Result<Option<CurrentModel>
         }));
     }
     let catalog = config.catalog()?;
-    let id = match &args.model {
-        Some(id) => id.clone(),
+    let id = match model {
+        Some(id) => id.to_owned(),
         None => match catalog.default_id() {
             Some(id) => id.to_owned(),
             None => return Ok(None),
@@ -227,8 +278,11 @@ fn current_model(args: &RunArgs, config: &Config) -> Result<Option<CurrentModel>
 /// `[search]` table. Without a backend the Plugin reports the missing search provider, and a
 /// setup problem (a bad `[search]` table, a key not set) its own line, each only to a prompt
 /// that declares the Plugin.
-fn web_plugin(args: &RunArgs, config: &Config) -> Result<WebPlugin, String> {
-    if let Some(path) = &args.web_script {
+pub(crate) fn web_plugin(
+    web_script: Option<&std::path::Path>,
+    config: &Config,
+) -> Result<WebPlugin, String> {
+    if let Some(path) = web_script {
         let network = ScriptedNetwork::load(path)
             .map_err(|e| format!("--web-script {}: {e}", path.display()))?;
         let search = network.search_backend();
@@ -244,17 +298,37 @@ fn web_plugin(args: &RunArgs, config: &Config) -> Result<WebPlugin, String> {
     Ok(real().unwrap_or_else(WebPlugin::unavailable))
 }
 
-/// Show an event on stderr: every event as a JSON line with `--events`; otherwise the
-/// author's `log` checkpoints as `[section] message`, unless stdout carries `--json`.
+/// Tell the run which Plugins this Host offers: the input broker (when there is an operator)
+/// and the web Plugin.
+pub(crate) fn offer_plugins(ctx: &mut RunContext, operator: &Operator, web: &WebPlugin) {
+    ctx.host.live_operator = matches!(operator, Operator::Terminal);
+    ctx.host.plugins.push(PluginInfo {
+        id: USER_INPUT_PLUGIN.to_owned(),
+        tools: vec![ToolInfo::new(
+            "ask",
+            "Ask the operator: returns their next message. Takes no arguments.",
+        )],
+        conflicts: Vec::new(),
+        activation_failure: (!operator.connected()).then(|| {
+            format!(
+                "{USER_INPUT_PLUGIN} needs promptforge/input-broker, and this host provides none"
+            )
+        }),
+    });
+    ctx.host.plugins.push(web.info());
+}
+
+/// Show an event: every event as a JSON line on stdout with `--events`; otherwise the
+/// author's `log` checkpoints on stderr as `[section] message`, unless stdout carries `--json`.
 fn show_event(event: &Event, all: bool, json: bool) {
     if all {
-        eprintln!("{}", event_json(event));
+        println!("{}", event_json(event));
     } else if let (EventKind::Log { section, message }, false) = (&event.kind, json) {
-        eprintln!("[{section}] {message}");
+        crate::ui::print_line(&format!("[{section}] {message}"));
     }
 }
 
-fn event_json(event: &Event) -> serde_json::Value {
+pub(crate) fn event_json(event: &Event) -> serde_json::Value {
     use serde_json::json;
     let mut value = match &event.kind {
         EventKind::SectionStarted { section, id } => {
@@ -317,59 +391,99 @@ fn event_json(event: &Event) -> serde_json::Value {
     value
 }
 
-/// The run's store: `--store DIR`, or a fresh directory under the system temp folder.
-fn open_store(args: &RunArgs) -> Result<Store, String> {
-    let dir = match &args.store {
-        Some(dir) => dir.clone(),
-        None => {
-            let dir = tempfile::Builder::new()
+/// The run's store directory and whether it is a fresh one of ours (removed after the run
+/// unless kept).
+#[derive(Debug)]
+pub(crate) struct StoreDir {
+    pub(crate) path: PathBuf,
+    pub(crate) fresh: bool,
+}
+
+/// The run's store: `store`, or a fresh directory under the system temp folder.
+pub(crate) fn open_store(store: Option<&std::path::Path>) -> Result<(Store, StoreDir), String> {
+    let dir = match store {
+        Some(dir) => StoreDir {
+            path: dir.to_path_buf(),
+            fresh: false,
+        },
+        None => StoreDir {
+            path: tempfile::Builder::new()
                 .prefix("promptforge-store-")
                 .tempdir()
                 .map_err(|e| format!("cannot create a store directory: {e}"))?
-                .keep();
-            eprintln!("store: {}", dir.display());
-            dir
-        }
+                .keep(),
+            fresh: true,
+        },
     };
-    Store::directory(&dir).map_err(|e| format!("cannot open the store at {}: {e}", dir.display()))
+    let store = Store::directory(&dir.path)
+        .map_err(|e| format!("cannot open the store at {}: {e}", dir.path.display()))?;
+    Ok((store, dir))
+}
+
+/// What became of a run, for the report: its outcome and what the Host saw.
+struct Finished {
+    outcome: Outcome,
+    /// The current model's id and price.
+    model: Option<CurrentModel>,
+    diagnosis: Diagnosis,
+    /// The summary line, when the progress display was drawn.
+    summary: Option<String>,
 }
 
 fn execute(
     args: &RunArgs,
     text: &str,
     mut ctx: RunContext,
+    ui: &Ui,
     messages: (
         tokio::sync::mpsc::UnboundedSender<HostMessage>,
         tokio::sync::mpsc::UnboundedReceiver<HostMessage>,
     ),
-) -> Result<Outcome, String> {
+) -> Result<Finished, String> {
+    let finished = |outcome| Finished {
+        outcome,
+        model: None,
+        diagnosis: Diagnosis::default(),
+        summary: None,
+    };
     let prompt = match Prompt::parse(text) {
         Ok(prompt) => prompt,
-        Err(err) => return Ok(Outcome::Failed(err.into())),
+        Err(err) => return Ok(finished(Outcome::Failed(err.into()))),
     };
+    ctx.args = argument_string(args, &prompt)?;
     let config = Config::default();
-    let model = current_model(args, &config)?;
+    let model = current_model(args.script.as_deref(), args.model.as_deref(), &config)?;
     // A store that fails as the run starts fails the run with `Vfs` (chapter 16).
-    let mut store = match open_store(args) {
+    let (mut store, dir) = match open_store(args.store.as_deref()) {
         Ok(store) => store,
         Err(detail) => {
             eprintln!("error: {detail}");
-            return Ok(Outcome::Failed(RunError::new(
+            return Ok(finished(Outcome::Failed(RunError::new(
                 RunErrorKind::Vfs,
                 "store operation failed",
-            )));
+            ))));
+        }
+    };
+    let tidy = |dir: &StoreDir| {
+        if dir.fresh {
+            let _ = std::fs::remove_dir_all(&dir.path);
         }
     };
     if let Some(decl) = &prompt.frontmatter.input {
         match &args.input_file {
-            Some(file) => place_input_file(&mut store, &decl.path, file)
-                .map_err(|e| format!("--input-file {}: {e}", file.display()))?,
+            Some(file) => {
+                if let Err(e) = place_input_file(&mut store, &decl.path, file) {
+                    tidy(&dir);
+                    return Err(format!("--input-file {}: {e}", file.display()));
+                }
+            }
             None => {
                 // A store the Host seeded already may hold it; otherwise say what to pass.
                 let present = store.perform(&StoreOp::Exists {
                     path: decl.path.clone(),
                 });
                 if !matches!(present, Ok(StoreAnswer::Bool(true))) {
+                    tidy(&dir);
                     return Err(format!(
                         "this prompt reads the input file `{}` ({}): pass it with --input-file PATH",
                         decl.path, decl.description
@@ -379,10 +493,10 @@ fn execute(
         }
     }
     ctx.execution = prompt.frontmatter.name.clone();
-    // A person at the terminal answers when they answer; answers given with --input (or no
-    // operator at all) come at once, in the order the run asks.
     ctx.host.model = model.as_ref().map(|m| m.description.engine_info());
-    // The operator: `--input` answers, else a person at the terminal, else nobody.
+    // The operator: `--input` answers, else a person at the terminal, else nobody. A person
+    // at the terminal answers when they answer; answers given with --input (or no operator at
+    // all) come at once, in the order the run asks.
     let operator = if !args.inputs.is_empty() {
         Operator::Scripted(args.inputs.iter().cloned().collect())
     } else if std::io::stdin().is_terminal() {
@@ -390,53 +504,123 @@ fn execute(
     } else {
         Operator::Nobody
     };
-    ctx.host.live_operator = matches!(operator, Operator::Terminal);
-    ctx.host.plugins.push(PluginInfo {
-        id: USER_INPUT_PLUGIN.to_owned(),
-        tools: vec![ToolInfo::new(
-            "ask",
-            "Ask the operator: returns their next message. Takes no arguments.",
-        )],
-        conflicts: Vec::new(),
-        activation_failure: (!operator.connected()).then(|| {
-            format!(
-                "{USER_INPUT_PLUGIN} needs promptforge/input-broker, and this host provides none"
-            )
-        }),
-    });
-    let web = web_plugin(args, &config)?;
-    ctx.host.plugins.push(web.info());
+    let web = match web_plugin(args.web_script.as_deref(), &config) {
+        Ok(web) => web,
+        Err(e) => {
+            tidy(&dir);
+            return Err(e);
+        }
+    };
+    offer_plugins(&mut ctx, &operator, &web);
     let output = prompt.frontmatter.output.clone();
+    let notes = if args.events {
+        Notes::JsonStdout
+    } else {
+        Notes::Stderr
+    };
     let mut host = Host::new(
-        model,
+        model.clone(),
         Some(Arc::new(web)),
         store,
         operator,
         ctx.cancel.clone(),
         messages,
     )?
-    .json_events(args.events);
+    .notes(notes)
+    .progress(ui.progress && !args.json && !args.events);
     let mut run = Run::new(Arc::new(prompt), ctx);
     let (events, json) = (args.events, args.json);
     let outcome = host.drive(&mut run, &mut |event| show_event(event, events, json));
+    let summary = host.progress_state().drawn().then(|| {
+        let price = model.as_ref().and_then(|m| m.description.price.as_ref());
+        let id = model.as_ref().map(|m| m.description.id.as_str());
+        host.progress_state().summary(&outcome, price, id)
+    });
+    // The declared output file: copied out when asked; otherwise it stays in the store, and a
+    // fresh store that holds it is kept so nothing the run made is lost.
+    // A failed run's store is kept when it holds anything, for a look at what it left.
+    let holds_files =
+        || std::fs::read_dir(&dir.path).is_ok_and(|mut entries| entries.next().is_some());
+    let mut keep = args.keep_store || (matches!(outcome, Outcome::Failed(_)) && holds_files());
     if let (Some(decl), Some(file)) = (&output, &args.output_file) {
         if let Err(e) = collect_output_file(host.store(), &decl.path, file) {
-            eprintln!(
+            crate::ui::print_line(&format!(
                 "warning: cannot collect the output file `{}`: {e}",
                 decl.path
-            );
+            ));
+            keep = true;
         }
     } else if let Some(decl) = &output {
-        eprintln!(
-            "output file `{}` is in the store (pass --output-file PATH to copy it out)",
-            decl.path
-        );
+        let present = host.store_mut().perform(&StoreOp::Exists {
+            path: decl.path.clone(),
+        });
+        if matches!(present, Ok(StoreAnswer::Bool(true))) {
+            keep = true;
+            crate::ui::print_line(&format!(
+                "output file `{}` is in the store at {} (pass --output-file PATH to copy it out)",
+                decl.path,
+                dir.path.display()
+            ));
+        }
     }
-    Ok(outcome)
+    let diagnosis = host.diagnosis();
+    drop(host);
+    if dir.fresh {
+        if keep {
+            if !args.events {
+                crate::ui::print_line(&format!("store kept at {}", dir.path.display()));
+            }
+        } else {
+            tidy(&dir);
+        }
+    }
+    Ok(Finished {
+        outcome,
+        model,
+        diagnosis,
+        summary,
+    })
 }
 
-fn report(args: &RunArgs, outcome: &Outcome) -> ExitCode {
-    if args.json {
+/// What a person is told to do about a failure, when the Host can tell.
+fn hints(finished: &Finished) -> Vec<String> {
+    let Outcome::Failed(err) = &finished.outcome else {
+        return Vec::new();
+    };
+    let mut hints = Vec::new();
+    let message = err.message.as_str();
+    if finished.model.is_none()
+        && (message.contains("is not a bound model role")
+            || message.contains("model access is turned off or not configured"))
+    {
+        hints.push(
+            "no model is selected: pass --model ID (a catalog id, or a quick id such as \
+             openai:gpt-4.1 or ollama:qwen3:8b), or set `default = \"ID\"` in promptforge.toml; \
+             `promptforge models` lists what is configured"
+                .to_owned(),
+        );
+    }
+    if message.contains("needs promptforge/input-broker") {
+        hints.push(
+            "this prompt asks the operator: pass answers with --input TEXT (repeatable), or run \
+             it from a terminal"
+                .to_owned(),
+        );
+    }
+    if err.kind == RunErrorKind::Completion {
+        if let Some(detail) = &finished.diagnosis.detail {
+            hints.push(detail.clone());
+        }
+        if let Some((status, said)) = &finished.diagnosis.server_message {
+            hints.push(format!("the model server answered {status}: {said}"));
+        }
+    }
+    hints
+}
+
+fn report(args: &RunArgs, finished: &Finished, verbose: u8) -> ExitCode {
+    let outcome = &finished.outcome;
+    if args.json || args.events {
         match serde_json::to_string(&outcome_json(outcome)) {
             Ok(line) => println!("{line}"),
             Err(e) => {
@@ -445,10 +629,12 @@ fn report(args: &RunArgs, outcome: &Outcome) -> ExitCode {
             }
         }
     } else {
+        if let Some(summary) = &finished.summary {
+            eprintln!("{summary}");
+        }
         match outcome {
             Outcome::Completed(result) => {
                 // The result is exact; on a terminal, end the line so the prompt comes back clean.
-                use std::io::IsTerminal;
                 if std::io::stdout().is_terminal() && !result.ends_with('\n') {
                     println!("{result}");
                 } else {
@@ -462,15 +648,20 @@ fn report(args: &RunArgs, outcome: &Outcome) -> ExitCode {
                     None => err.kind.to_string(),
                 };
                 eprintln!("error[{kind}]: {}", err.message);
-                if let Some(traceback) = &err.traceback {
-                    eprintln!("{traceback}");
-                }
                 if let Some(line) = err.line {
                     eprintln!(
                         "  --> {}:{line}:{}",
-                        args.prompt.display(),
+                        args.prompt_path().display(),
                         err.column.unwrap_or(1)
                     );
+                }
+                for hint in hints(finished) {
+                    eprintln!("hint: {hint}");
+                }
+                match (&err.traceback, verbose) {
+                    (Some(traceback), 1..) => eprintln!("{traceback}"),
+                    (Some(_), 0) => eprintln!("(-v shows the Lua traceback)"),
+                    (None, _) => {}
                 }
             }
         }
@@ -508,8 +699,39 @@ fn cancel_watchdog(finished: &AtomicBool, json: bool) {
     std::process::exit(130);
 }
 
-pub fn run(args: &RunArgs) -> ExitCode {
-    let text = match read_prompt(&args.prompt) {
+/// How the terminal is used: from the global flags and whether stderr is a terminal.
+#[derive(Debug, Clone, Copy)]
+pub struct Ui {
+    /// Draw live progress (stderr is a terminal and `--quiet` is not given).
+    pub progress: bool,
+    /// `-v` count.
+    pub verbose: u8,
+}
+
+/// `promptforge run PROMPT --help`: what the prompt takes, then the flags.
+fn prompt_help(args: &RunArgs) -> ExitCode {
+    use clap::CommandFactory;
+    if let Some(path) = &args.prompt {
+        match crate::describe::load(path) {
+            Ok(description) => println!("{}\n", description.text("")),
+            Err(message) => eprintln!("error: {message}\n"),
+        }
+    }
+    let mut command = crate::Cli::command();
+    command.build();
+    let help = command
+        .find_subcommand_mut("run")
+        .map(|run| run.render_long_help().to_string())
+        .unwrap_or_default();
+    println!("{help}");
+    ExitCode::SUCCESS
+}
+
+pub fn run(args: &RunArgs, ui: Ui) -> ExitCode {
+    if args.help {
+        return prompt_help(args);
+    }
+    let text = match read_prompt(args.prompt_path()) {
         Ok(text) => text,
         Err(message) => {
             eprintln!("error: {message}");
@@ -529,7 +751,7 @@ pub fn run(args: &RunArgs) -> ExitCode {
     let (tx, rx) = channel();
     let (flag, wake) = (cancel.clone(), tx.clone());
     let finished = Arc::new(AtomicBool::new(false));
-    let (done, json) = (finished.clone(), args.json);
+    let (done, json) = (finished.clone(), args.json || args.events);
     if let Err(e) = ctrlc::set_handler(move || {
         flag.store(true, Ordering::Relaxed);
         let _ = wake.send(HostMessage::Wake);
@@ -537,7 +759,7 @@ pub fn run(args: &RunArgs) -> ExitCode {
     }) {
         eprintln!("warning: cannot install the Ctrl-C handler: {e}");
     }
-    let outcome = execute(args, &text, ctx, (tx, rx));
+    let outcome = execute(args, &text, ctx, &ui, (tx, rx));
     // Holding the gate while the outcome is reported: the watchdog either ended the process
     // before this point or sees the run finished, so one outcome is ever printed.
     let _gate = crate::host::STORE_GATE
@@ -545,7 +767,7 @@ pub fn run(args: &RunArgs) -> ExitCode {
         .unwrap_or_else(|e| e.into_inner());
     finished.store(true, Ordering::Relaxed);
     match outcome {
-        Ok(outcome) => report(args, &outcome),
+        Ok(finished) => report(args, &finished, ui.verbose),
         Err(message) => {
             eprintln!("error: {message}");
             ExitCode::from(2)

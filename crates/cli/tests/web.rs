@@ -545,11 +545,11 @@ fn a_rate_limited_round_is_retried_and_each_retry_is_an_event() {
         stdout.contains(r#""result":"after the wait""#),
         "{stdout}\n{stderr}"
     );
-    let retry: Value = stderr
+    let retry: Value = stdout
         .lines()
         .filter_map(|l| serde_json::from_str::<Value>(l).ok())
         .find(|v| v["host_event"] == "model_retry")
-        .unwrap_or_else(|| panic!("no retry event in:\n{stderr}"));
+        .unwrap_or_else(|| panic!("no retry event in:\n{stdout}\n{stderr}"));
     assert_eq!(retry["attempt"], 1);
     assert_eq!(retry["wait_ms"], 0);
     assert_eq!(

@@ -208,6 +208,13 @@ impl Run {
         self.ctx.cancel.store(true, Ordering::Relaxed);
     }
 
+    /// The task (as events name it: `0` for the main walk) that issued an outstanding effect,
+    /// for a Host's progress display; `None` once the effect is answered or withdrawn.
+    pub fn effect_task(&self, id: EffectId) -> Option<String> {
+        let strand = self.effects.strand_of(id)?;
+        self.strands.get(&strand).map(|s| s.task.to_string())
+    }
+
     /// Answer an effect (in any order). Unknown, withdrawn or repeated ids are ignored.
     pub fn resume(&mut self, id: EffectId, answer: Answer) {
         self.effects.answer(id, answer);

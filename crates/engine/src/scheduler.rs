@@ -98,6 +98,11 @@ impl Effects {
         (id, work)
     }
 
+    /// The strand waiting on an outstanding effect.
+    pub(crate) fn strand_of(&self, id: EffectId) -> Option<StrandId> {
+        self.live.get(&id).map(|live| live.strand)
+    }
+
     /// Record the Host's answer; an answer to an effect that is not outstanding is ignored.
     pub(crate) fn answer(&mut self, id: EffectId, answer: Answer) {
         if self.live.contains_key(&id) {

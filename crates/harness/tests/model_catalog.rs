@@ -47,6 +47,7 @@ fn openai_quick_id_works_with_no_file() {
             context: 128_000,
             thinking: ThinkingCapability::Never,
             description: "gpt-4.1 via OpenAI".into(),
+            price: None,
         }
     );
     let d = describe(&Catalog::empty(), "openai:gpt-5.1", &env);

@@ -48,6 +48,7 @@ fn the_readme_example_parses() {
             context: 128_000,
             thinking: ThinkingCapability::Switchable,
             description: "a scripted model".into(),
+            price: None,
         })
     );
     assert_eq!(script.replies.len(), 7);

@@ -62,7 +62,9 @@ use super::anthropic::{AnthropicOptions, AnthropicProvider};
 use super::error::ModelError;
 use super::openai::{MaxTokensField, OpenAiOptions, OpenAiProvider, OpenAiThinking};
 use super::provider::{ModelLimits, ModelProvider};
-use super::types::{ChatRequest, Message, ModelDescription, ProviderKind, ThinkingCapability};
+use super::types::{
+    ChatRequest, Message, ModelDescription, Price, ProviderKind, ThinkingCapability,
+};
 
 /// How an OpenAI-compatible entry spells the thinking switch (config `thinking_param`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -117,6 +119,10 @@ pub struct ModelEntry {
     pub round_timeout: Option<u64>,
     /// How many times a round is retried after a 429 or 5xx; default 2, 0 for none.
     pub retries: Option<u32>,
+    /// US dollars per million prompt tokens, for the cost a Host shows (with `output_price`).
+    pub input_price: Option<f64>,
+    /// US dollars per million completion tokens (with `input_price`).
+    pub output_price: Option<f64>,
     /// The file the entry came from (`None` for a quick id).
     #[serde(skip)]
     pub source: Option<PathBuf>,
@@ -607,6 +613,7 @@ impl Catalog {
                             context: entry.context.unwrap_or(1).max(1),
                             thinking: entry.thinking.unwrap_or(ThinkingCapability::Never),
                             description: entry.description.clone().unwrap_or_default(),
+                            price: None,
                         },
                         source: entry.source.clone(),
                         is_default,
@@ -754,6 +761,19 @@ impl Catalog {
             .clone()
             .unwrap_or_else(|| format!("{model} via {}", kind_title(kind)));
 
+        let price = match (entry.input_price, entry.output_price) {
+            (None, None) => None,
+            (Some(input), Some(output)) => Some(Price::new(input, output).ok_or_else(|| {
+                invalid("`input_price` and `output_price` must be non-negative numbers".to_owned())
+            })?),
+            _ => {
+                return Err(invalid(
+                    "set both `input_price` and `output_price` (dollars per million tokens), or neither"
+                        .to_owned(),
+                ));
+            }
+        };
+
         let setup = match kind {
             ProviderKind::Anthropic => Setup::Anthropic(AnthropicOptions {
                 default_max_tokens: match entry.max_output_tokens {
@@ -784,6 +804,7 @@ impl Catalog {
                 context,
                 thinking,
                 description,
+                price,
             },
             key_env,
             key_optional,

@@ -102,12 +102,26 @@ pub(crate) async fn post_event_stream(
             .header(CONTENT_TYPE, "application/json")
             .header(ACCEPT, "text/event-stream")
             .body(body.clone());
+        // Logs name the URL, the status and the timing, never a header or the body: keys
+        // and prompt text stay out of them.
+        let sent = std::time::Instant::now();
+        tracing::info!(target: "promptforge::model", url, attempt, bytes = body.len(), "POST");
         let response = match timeout(limits.receive_timeout, request.send()).await {
-            Err(_elapsed) => return Err(ModelError::Timeout),
-            Ok(Err(err)) => return Err(transport(&err, url, hint)),
+            Err(_elapsed) => {
+                tracing::warn!(target: "promptforge::model", url, elapsed_ms = sent.elapsed().as_millis() as u64, "no reply headers within the receive timeout");
+                return Err(ModelError::Timeout);
+            }
+            Ok(Err(err)) => {
+                let err = transport(&err, url, hint);
+                if let ModelError::Transport { detail } = &err {
+                    tracing::warn!(target: "promptforge::model", url, detail, "connection failed");
+                }
+                return Err(err);
+            }
             Ok(Ok(response)) => response,
         };
         let status = response.status().as_u16();
+        tracing::info!(target: "promptforge::model", url, status, version = ?response.version(), headers_ms = sent.elapsed().as_millis() as u64, "reply headers");
         if (status == 429 || status >= 500) && attempt < limits.retries {
             let retry_after = retry_after(&response);
             let err = read_error_reply(response, limits, url, hint, observer).await;
@@ -123,6 +137,7 @@ pub(crate) async fn post_event_stream(
             }
             attempt += 1;
             let wait = retry_after.unwrap_or(BACKOFF_START * 2u32.saturating_pow(attempt - 1));
+            tracing::warn!(target: "promptforge::model", url, status, attempt, wait_ms = wait.as_millis() as u64, reason = %err, "retrying");
             observer.retry(attempt, wait, &err);
             tokio::time::sleep(wait).await;
             continue;

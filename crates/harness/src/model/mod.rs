@@ -41,7 +41,7 @@ pub use provider::{IgnoreFragments, ModelFuture, ModelLimits, ModelProvider, Rep
 pub use round::{reply_answer, round_request};
 pub use scripted::{Condition, Script, ScriptEntry, ScriptError, ScriptedModel, ScriptedReply};
 pub use types::{
-    ChatRequest, Content, ContentPart, FinishReason, ImageUrl, Message, ModelDescription,
+    ChatRequest, Content, ContentPart, FinishReason, ImageUrl, Message, ModelDescription, Price,
     ProviderKind, ReasoningBlock, Reply, ThinkingCapability, ThinkingSwitch, ToolCall, ToolSpec,
     Usage,
 };

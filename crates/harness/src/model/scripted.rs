@@ -267,6 +267,7 @@ fn parse_model(value: &Value) -> Result<ModelDescription, ScriptError> {
         context,
         thinking,
         description,
+        price: None,
     })
 }
 

@@ -557,6 +557,37 @@ pub struct ModelDescription {
     /// The catalog description (may be empty).
     #[serde(default)]
     pub description: String,
+    /// What the model's tokens cost, when the catalog says (`input_price` / `output_price`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub price: Option<Price>,
+}
+
+/// A model's token prices in US dollars per million tokens, from the catalog. A Host shows a
+/// run's cost only from these; a model without them has an unknown cost, never a zero one.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct Price {
+    /// Dollars per million prompt (input) tokens.
+    pub input: f64,
+    /// Dollars per million completion (output) tokens.
+    pub output: f64,
+}
+
+// The catalog accepts only finite, non-negative prices (`Price::new`), so equality is
+// reflexive and `Eq` holds.
+impl Eq for Price {}
+
+impl Price {
+    /// Prices from the two catalog fields; `None` unless both are finite and non-negative.
+    pub fn new(input: f64, output: f64) -> Option<Price> {
+        let ok = |p: f64| p.is_finite() && p >= 0.0;
+        (ok(input) && ok(output)).then_some(Price { input, output })
+    }
+
+    /// The cost in dollars of this usage.
+    pub fn cost(&self, usage: &Usage) -> f64 {
+        (usage.prompt_tokens as f64 * self.input + usage.completion_tokens as f64 * self.output)
+            / 1_000_000.0
+    }
 }
 
 impl ModelDescription {

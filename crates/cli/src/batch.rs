@@ -1,0 +1,864 @@
+//! `promptforge batch PROMPT --inputs FILE.jsonl`: run one prompt once per input line (and
+//! `--repeat N` times each), check each result against the line's expectations, and write
+//! one result line per run in input order; `promptforge merge` joins the result files of
+//! `--shard I/N` slices back into the one file an unsharded batch writes.
+//!
+//! Memory stays flat in the number of inputs: lines are read as the workers take them, each
+//! run has a store in memory that goes when the run ends, and results are written as soon as
+//! every earlier one is, so only runs in flight (and the few that finished ahead of a slower
+//! earlier one) are held. The run-wide concurrency limit holds across runs: `--concurrency`
+//! workers each drive one run at a time, and every run's model rounds share one limit.
+
+use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use clap::Args;
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use promptforge_engine::{Outcome, Run, RunContext, RunErrorKind};
+use promptforge_harness::store::Store;
+use promptforge_harness::web::WebPlugin;
+use promptforge_syntax::Prompt;
+use serde::{Deserialize, Serialize};
+use serde_json::Value as Json;
+
+use crate::host::{CurrentModel, Host, Notes, Operator, channel};
+use crate::run::{Config, Ui, current_model, offer_plugins, start_instant, web_plugin};
+use crate::source::read_prompt;
+use crate::ui::{Totals, duration_text, plural, thousands};
+
+#[derive(Debug, Args)]
+pub struct BatchArgs {
+    /// The prompt file to run.
+    #[arg(value_name = "PROMPT")]
+    prompt: PathBuf,
+    /// The inputs: one JSON object a line (`args` or `arg`, optional `seed`, `expect`,
+    /// `contains`, `matches`, `inputs`).
+    #[arg(long, value_name = "FILE.jsonl")]
+    inputs: PathBuf,
+    /// Write the results here (one JSON line per run, in input order) instead of stdout.
+    #[arg(long, value_name = "FILE")]
+    out: Option<PathBuf>,
+    /// Skip the runs whose result is already in the --out file.
+    #[arg(long, requires = "out")]
+    resume: bool,
+    /// Run again only the runs whose result in the --out file is an infrastructure failure
+    /// (the model backend unreachable or refusing), never one that failed an expectation.
+    #[arg(long, requires = "out")]
+    retry_errors: bool,
+    /// Run every input N times as independent samples, each with its own seed.
+    #[arg(long, value_name = "N", default_value_t = 1,
+          value_parser = clap::value_parser!(u32).range(1..))]
+    repeat: u32,
+    /// With --repeat: the pass rate (0 to 1) every input must reach for exit status 0.
+    #[arg(long, value_name = "RATE", default_value_t = 1.0)]
+    pass_rate: f64,
+    /// Run only the I-th (from 0) of N deterministic slices of the inputs: input k belongs to
+    /// slice k mod N.
+    #[arg(long, value_name = "I/N")]
+    shard: Option<String>,
+    /// The batch's seed: each input's seed derives from it and the input's position, unless
+    /// the line sets its own (default 0, so a batch and its shards reproduce).
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+    /// The start instant of every run, RFC 3339; default: now, once for the whole batch.
+    #[arg(long, value_name = "RFC3339")]
+    when: Option<String>,
+    /// The current model: a catalog id or a quick id (default: the catalog's `default`).
+    #[arg(long, value_name = "ID")]
+    model: Option<String>,
+    /// Answer every model round from a scripted model file.
+    #[arg(long, value_name = "FILE", conflicts_with = "model")]
+    script: Option<PathBuf>,
+    /// The web Plugin over a scripted network (the conformance `--web-script` format).
+    #[arg(long, value_name = "FILE")]
+    web_script: Option<PathBuf>,
+    /// The most model rounds in flight across the whole batch, and the most runs at once.
+    #[arg(long, value_name = "N", default_value_t = promptforge_engine::run::DEFAULT_CONCURRENCY,
+          value_parser = clap::value_parser!(u32).range(1..))]
+    concurrency: u32,
+}
+
+/// `promptforge merge FILE...`: shard results into one file.
+#[derive(Debug, Args)]
+pub struct MergeArgs {
+    /// Result files written by `batch --shard I/N --out FILE`.
+    #[arg(required = true, value_name = "FILE")]
+    files: Vec<PathBuf>,
+    /// Write the merged results here instead of stdout.
+    #[arg(long, value_name = "FILE")]
+    out: Option<PathBuf>,
+}
+
+/// One line of the inputs file.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct InputLine {
+    /// The raw argument string.
+    args: Option<String>,
+    /// Structured args: a JSON object, sent as its JSON text.
+    arg: Option<serde_json::Map<String, Json>>,
+    /// This input's seed (each repeat derives its own from it).
+    seed: Option<u64>,
+    /// The result must equal this text.
+    expect: Option<String>,
+    /// The result must contain this text, or each of these.
+    contains: Option<OneOrMany>,
+    /// The result must match this regular expression (or each of these).
+    matches: Option<OneOrMany>,
+    /// Operator answers for `input.ask()`, in order.
+    inputs: Option<Vec<String>>,
+    /// A label copied to the result line.
+    id: Option<Json>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+enum OneOrMany {
+    One(String),
+    Many(Vec<String>),
+}
+
+impl OneOrMany {
+    fn items(&self) -> Vec<&str> {
+        match self {
+            OneOrMany::One(s) => vec![s.as_str()],
+            OneOrMany::Many(v) => v.iter().map(String::as_str).collect(),
+        }
+    }
+}
+
+/// One run's result line.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub(crate) struct ResultLine {
+    /// The input's position among the file's inputs, from 0.
+    index: u64,
+    /// The input's line in the file, from 1.
+    line: u64,
+    /// Which sample of the input, from 0.
+    repeat: u32,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    id: Option<Json>,
+    seed: u64,
+    /// `passed`, `failed` (an expectation did not hold) or `errored` (the run did not
+    /// complete).
+    status: String,
+    /// The run's outcome object.
+    outcome: Json,
+    /// The expectations that did not hold.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    failures: Vec<String>,
+    /// The run ended on an infrastructure failure (`--retry-errors` runs it again).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    infrastructure: bool,
+    rounds: u64,
+    prompt_tokens: u64,
+    completion_tokens: u64,
+    /// Wall time of the run in milliseconds.
+    ms: u64,
+}
+
+impl ResultLine {
+    fn key(&self) -> (u64, u32) {
+        (self.index, self.repeat)
+    }
+}
+
+/// `I/N` with `0 <= I < N`.
+fn parse_shard(text: &str) -> Result<(u64, u64), String> {
+    let bad = || format!("--shard {text:?}: write it as I/N with 0 <= I < N, such as 0/4");
+    let (i, n) = text.split_once('/').ok_or_else(bad)?;
+    let (i, n): (u64, u64) = (
+        i.trim().parse().map_err(|_| bad())?,
+        n.trim().parse().map_err(|_| bad())?,
+    );
+    if n == 0 || i >= n {
+        return Err(bad());
+    }
+    Ok((i, n))
+}
+
+/// A seed mixed from two numbers (SplitMix64's finaliser): inputs and repeats get seeds
+/// that differ in every bit, the same on every machine.
+fn mix(a: u64, b: u64) -> u64 {
+    let mut z = a ^ b.wrapping_add(1).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
+}
+
+/// One run to do.
+#[derive(Debug)]
+struct Job {
+    seq: u64,
+    index: u64,
+    line: u64,
+    repeat: u32,
+    seed: u64,
+    input: Arc<InputLine>,
+}
+
+/// What every run of the batch shares.
+struct Shared {
+    prompt: Arc<Prompt>,
+    model: Option<CurrentModel>,
+    web: Arc<WebPlugin>,
+    start_ms: i64,
+    concurrency: u32,
+    slots: Arc<tokio::sync::Semaphore>,
+    cancel: Arc<AtomicBool>,
+    /// The runtime every run's effects run on (the providers' connections live on it).
+    runtime: tokio::runtime::Handle,
+}
+
+fn check_expectations(input: &InputLine, result: &str) -> Result<Vec<String>, String> {
+    let mut failures = Vec::new();
+    if let Some(expect) = &input.expect
+        && result != expect
+    {
+        failures.push(format!("expect: the result is not {expect:?}"));
+    }
+    if let Some(contains) = &input.contains {
+        for needle in contains.items() {
+            if !result.contains(needle) {
+                failures.push(format!("contains: the result lacks {needle:?}"));
+            }
+        }
+    }
+    if let Some(matches) = &input.matches {
+        for pattern in matches.items() {
+            let re = regex::Regex::new(pattern)
+                .map_err(|e| format!("matches {pattern:?} is not a regular expression: {e}"))?;
+            if !re.is_match(result) {
+                failures.push(format!("matches: the result does not match {pattern:?}"));
+            }
+        }
+    }
+    Ok(failures)
+}
+
+fn run_one(shared: &Shared, job: &Job) -> ResultLine {
+    let started = Instant::now();
+    let input = &job.input;
+    let mut ctx = RunContext::new(job.seed, shared.start_ms);
+    ctx.args = match (&input.args, &input.arg) {
+        (Some(args), _) => Some(args.clone()),
+        (None, Some(object)) => Some(Json::Object(object.clone()).to_string()),
+        (None, None) => None,
+    };
+    ctx.cancel = shared.cancel.clone();
+    ctx.concurrency = shared.concurrency;
+    ctx.execution = shared.prompt.frontmatter.name.clone();
+    ctx.host.model = shared.model.as_ref().map(|m| m.description.engine_info());
+    let operator = match &input.inputs {
+        Some(answers) => Operator::Scripted(answers.iter().cloned().collect()),
+        None => Operator::Nobody,
+    };
+    offer_plugins(&mut ctx, &operator, &shared.web);
+    let host = Host::new(
+        shared.model.clone(),
+        Some(shared.web.clone()),
+        Store::memory(),
+        operator,
+        shared.cancel.clone(),
+        channel(),
+    );
+    let (outcome, totals, infrastructure) = match host {
+        Ok(host) => {
+            let mut host = host
+                .notes(Notes::Keep)
+                .round_slots(shared.slots.clone())
+                .shared_runtime(shared.runtime.clone());
+            let mut run = Run::new(shared.prompt.clone(), ctx);
+            let outcome = host.drive(&mut run, &mut |_| {});
+            let diagnosis = host.diagnosis();
+            let infra = matches!(&outcome, Outcome::Failed(err)
+                if err.kind == RunErrorKind::Completion && diagnosis.infrastructure);
+            (outcome, host.progress_state().totals(), infra)
+        }
+        Err(message) => (
+            Outcome::Failed(promptforge_engine::RunError::new(
+                RunErrorKind::Internal,
+                message,
+            )),
+            Totals::default(),
+            true,
+        ),
+    };
+    let (status, failures) = match &outcome {
+        Outcome::Completed(result) => match check_expectations(input, result) {
+            Ok(failures) if failures.is_empty() => ("passed", failures),
+            Ok(failures) => ("failed", failures),
+            Err(bad) => ("failed", vec![bad]),
+        },
+        _ => ("errored", Vec::new()),
+    };
+    ResultLine {
+        index: job.index,
+        line: job.line,
+        repeat: job.repeat,
+        id: input.id.clone(),
+        seed: job.seed,
+        status: status.to_owned(),
+        outcome: serde_json::to_value(crate::run::outcome_json(&outcome)).unwrap_or(Json::Null),
+        failures,
+        infrastructure,
+        rounds: totals.rounds,
+        prompt_tokens: totals.prompt_tokens,
+        completion_tokens: totals.completion_tokens,
+        ms: u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
+    }
+}
+
+/// The results already in `path` (for `--resume` and `--retry-errors`), by run; a line that
+/// is not a result is an error (the file is not ours to overwrite).
+fn read_results(path: &Path) -> Result<BTreeMap<(u64, u32), ResultLine>, String> {
+    let mut done = BTreeMap::new();
+    let file = match std::fs::File::open(path) {
+        Ok(file) => file,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(done),
+        Err(e) => return Err(format!("cannot read {}: {e}", path.display())),
+    };
+    for (n, line) in BufReader::new(file).lines().enumerate() {
+        let line = line.map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+        if line.trim().is_empty() {
+            continue;
+        }
+        let result: ResultLine = serde_json::from_str(&line).map_err(|e| {
+            format!(
+                "{}:{}: not a batch result line ({e}); refusing to resume into it",
+                path.display(),
+                n + 1
+            )
+        })?;
+        done.insert(result.key(), result);
+    }
+    Ok(done)
+}
+
+/// Counts for the summary.
+#[derive(Debug, Default)]
+struct Tally {
+    passed: u64,
+    failed: u64,
+    errored: u64,
+    totals: Totals,
+    run_ms: u64,
+    /// Per input: (line, id, passes, runs).
+    per_input: BTreeMap<u64, (u64, Option<Json>, u32, u32)>,
+}
+
+impl Tally {
+    fn add(&mut self, r: &ResultLine) {
+        match r.status.as_str() {
+            "passed" => self.passed += 1,
+            "failed" => self.failed += 1,
+            _ => self.errored += 1,
+        }
+        self.totals.rounds += r.rounds;
+        self.totals.prompt_tokens += r.prompt_tokens;
+        self.totals.completion_tokens += r.completion_tokens;
+        self.run_ms += r.ms;
+        let entry = self
+            .per_input
+            .entry(r.index)
+            .or_insert((r.line, r.id.clone(), 0, 0));
+        entry.3 += 1;
+        if r.status == "passed" {
+            entry.2 += 1;
+        }
+    }
+
+    fn runs(&self) -> u64 {
+        self.passed + self.failed + self.errored
+    }
+
+    /// Inputs whose pass rate is under `rate`.
+    fn below(&self, rate: f64) -> usize {
+        self.per_input
+            .values()
+            .filter(|(_, _, passes, runs)| f64::from(*passes) < rate * f64::from(*runs))
+            .count()
+    }
+
+    fn print(&self, repeat: u32, wall: Option<std::time::Duration>) {
+        let mut out = std::io::stderr().lock();
+        let _ = writeln!(out, "batch summary");
+        let _ = writeln!(
+            out,
+            "  runs      {} ({} inputs × {})",
+            self.runs(),
+            self.per_input.len(),
+            plural(u64::from(repeat), "repeat")
+        );
+        let _ = writeln!(out, "  passed    {}", self.passed);
+        let _ = writeln!(out, "  failed    {}", self.failed);
+        let _ = writeln!(out, "  errored   {}", self.errored);
+        let _ = writeln!(
+            out,
+            "  tokens    {} in / {} out over {}",
+            thousands(self.totals.prompt_tokens),
+            thousands(self.totals.completion_tokens),
+            plural(self.totals.rounds, "round")
+        );
+        let mean = self.run_ms.checked_div(self.runs()).unwrap_or(0);
+        let time = match wall {
+            Some(wall) => format!("{} wall, ", duration_text(wall)),
+            None => String::new(),
+        };
+        let _ = writeln!(
+            out,
+            "  time      {time}{} per run on average",
+            duration_text(std::time::Duration::from_millis(mean))
+        );
+        if repeat > 1 {
+            let all = self
+                .per_input
+                .values()
+                .filter(|(_, _, passes, runs)| passes == runs)
+                .count();
+            let _ = writeln!(
+                out,
+                "  inputs    {all} of {} passed all their runs",
+                self.per_input.len()
+            );
+            for (index, (line, id, passes, runs)) in &self.per_input {
+                let label = match id {
+                    Some(id) => format!("input {index} (line {line}, id {id})"),
+                    None => format!("input {index} (line {line})"),
+                };
+                let pct = f64::from(*passes) * 100.0 / f64::from((*runs).max(1));
+                let mark = if passes == runs { "all passed" } else { "" };
+                let _ = writeln!(
+                    out,
+                    "    {label}: {passes}/{runs} passed ({pct:.0}%) {mark}"
+                );
+            }
+        }
+    }
+}
+
+/// Where results go, in input order.
+struct Writer {
+    sink: Box<dyn Write + Send>,
+    next: u64,
+    waiting: BTreeMap<u64, ResultLine>,
+    tally: Tally,
+}
+
+impl Writer {
+    fn put(&mut self, seq: u64, result: ResultLine) -> Result<(), String> {
+        self.waiting.insert(seq, result);
+        while let Some(result) = self.waiting.remove(&self.next) {
+            let line = serde_json::to_string(&result).map_err(|e| e.to_string())?;
+            writeln!(self.sink, "{line}")
+                .and_then(|()| self.sink.flush())
+                .map_err(|e| format!("cannot write a result: {e}"))?;
+            self.tally.add(&result);
+            self.next += 1;
+        }
+        Ok(())
+    }
+}
+
+/// Count the inputs (non-blank lines) of a file, streaming.
+fn count_inputs(path: &Path) -> Result<u64, String> {
+    let file =
+        std::fs::File::open(path).map_err(|e| format!("--inputs {}: {e}", path.display()))?;
+    let mut count = 0;
+    for line in BufReader::new(file).lines() {
+        let line = line.map_err(|e| format!("--inputs {}: {e}", path.display()))?;
+        if !line.trim().is_empty() {
+            count += 1;
+        }
+    }
+    Ok(count)
+}
+
+pub fn batch(args: &BatchArgs, ui: Ui) -> ExitCode {
+    match batch_inner(args, ui) {
+        Ok(code) => code,
+        Err(message) => {
+            eprintln!("error: {message}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+fn batch_inner(args: &BatchArgs, ui: Ui) -> Result<ExitCode, String> {
+    if !(0.0..=1.0).contains(&args.pass_rate) {
+        return Err(format!(
+            "--pass-rate {}: give a rate from 0 to 1",
+            args.pass_rate
+        ));
+    }
+    let shard = args.shard.as_deref().map(parse_shard).transpose()?;
+    let text = read_prompt(&args.prompt)?;
+    let prompt = Prompt::parse(&text).map_err(|err| {
+        let at = crate::source::display_location(&err)
+            .map(|(line, col)| format!(":{line}:{col}"))
+            .unwrap_or_default();
+        format!(
+            "{}{at}: error[{}]: {}",
+            args.prompt.display(),
+            err.kind,
+            err.message
+        )
+    })?;
+    if let Some(decl) = &prompt.frontmatter.input {
+        return Err(format!(
+            "this prompt reads the input file `{}`; batch runs have no --input-file yet: pass \
+             the file's text in each input's args instead",
+            decl.path
+        ));
+    }
+    let config = Config::default();
+    let model = current_model(args.script.as_deref(), args.model.as_deref(), &config)?;
+    let web = Arc::new(web_plugin(args.web_script.as_deref(), &config)?);
+    let start_ms = start_instant(args.when.as_deref())?;
+
+    // What is done already, and what to run again.
+    let previous = if args.resume || args.retry_errors {
+        match &args.out {
+            Some(out) => read_results(out)?,
+            None => BTreeMap::new(),
+        }
+    } else {
+        BTreeMap::new()
+    };
+    // A run recorded already is done, unless --retry-errors and it ended on the
+    // infrastructure; one not recorded runs, except under --retry-errors alone.
+    let wanted = |key: &(u64, u32)| match previous.get(key) {
+        Some(recorded) => args.retry_errors && recorded.infrastructure,
+        None => !args.retry_errors || args.resume,
+    };
+
+    let total_inputs = count_inputs(&args.inputs)?;
+    let in_shard = |index: u64| shard.is_none_or(|(i, n)| index % n == i);
+    let planned: u64 = (0..total_inputs)
+        .filter(|&index| in_shard(index))
+        .map(|index| (0..args.repeat).filter(|&r| wanted(&(index, r))).count() as u64)
+        .sum();
+
+    let cancel = Arc::new(AtomicBool::new(false));
+    {
+        let cancel = cancel.clone();
+        if let Err(e) = ctrlc::set_handler(move || cancel.store(true, Ordering::Relaxed)) {
+            eprintln!("warning: cannot install the Ctrl-C handler: {e}");
+        }
+    }
+    // One runtime for the whole batch: runs share the model provider, and its pooled
+    // connections must outlive any one run.
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .map_err(|e| format!("cannot start the async runtime: {e}"))?;
+    let shared = Arc::new(Shared {
+        runtime: runtime.handle().clone(),
+        prompt: Arc::new(prompt),
+        model,
+        web,
+        start_ms,
+        concurrency: args.concurrency,
+        slots: Arc::new(tokio::sync::Semaphore::new(args.concurrency as usize)),
+        cancel: cancel.clone(),
+    });
+
+    // The results: new ones are appended as they come, so an interrupted batch resumes.
+    let appending = !previous.is_empty();
+    let sink: Box<dyn Write + Send> = match &args.out {
+        Some(out) => Box::new(std::io::BufWriter::new(
+            std::fs::OpenOptions::new()
+                .create(true)
+                .write(true)
+                .append(appending)
+                .truncate(!appending)
+                .open(out)
+                .map_err(|e| format!("--out {}: {e}", out.display()))?,
+        )),
+        None => Box::new(std::io::stdout()),
+    };
+    let writer = Arc::new(Mutex::new(Writer {
+        sink,
+        next: 0,
+        waiting: BTreeMap::new(),
+        tally: Tally::default(),
+    }));
+
+    let bar = if ui.progress {
+        let bar = ProgressBar::with_draw_target(Some(planned), ProgressDrawTarget::stderr());
+        if let Ok(style) =
+            ProgressStyle::with_template("{elapsed:>4} [{wide_bar}] {pos}/{len} {msg}")
+        {
+            bar.set_style(style.progress_chars("=> "));
+        }
+        bar
+    } else {
+        ProgressBar::hidden()
+    };
+
+    // The jobs, read from the file as the workers take them.
+    let (jobs_tx, jobs_rx) = std::sync::mpsc::sync_channel::<Job>(args.concurrency as usize * 2);
+    let jobs_rx = Arc::new(Mutex::new(jobs_rx));
+    let failure: Arc<Mutex<Option<String>>> = Arc::default();
+    let started = Instant::now();
+    std::thread::scope(|scope| {
+        for _ in 0..args.concurrency {
+            let (jobs_rx, shared, writer, bar, failure) = (
+                jobs_rx.clone(),
+                shared.clone(),
+                writer.clone(),
+                bar.clone(),
+                failure.clone(),
+            );
+            scope.spawn(move || {
+                loop {
+                    let job = {
+                        let rx = jobs_rx.lock().unwrap_or_else(|e| e.into_inner());
+                        rx.recv()
+                    };
+                    let Ok(job) = job else { break };
+                    let result = run_one(&shared, &job);
+                    let mut writer = writer.lock().unwrap_or_else(|e| e.into_inner());
+                    if let Err(e) = writer.put(job.seq, result) {
+                        *failure.lock().unwrap_or_else(|e| e.into_inner()) = Some(e);
+                        shared.cancel.store(true, Ordering::Relaxed);
+                    }
+                    let t = &writer.tally;
+                    bar.set_message(format!(
+                        "passed {} · failed {} · errored {}",
+                        t.passed, t.failed, t.errored
+                    ));
+                    drop(writer);
+                    bar.inc(1);
+                }
+            });
+        }
+        // Feed the workers.
+        let feed = || -> Result<(), String> {
+            let file = std::fs::File::open(&args.inputs)
+                .map_err(|e| format!("--inputs {}: {e}", args.inputs.display()))?;
+            let mut index = 0u64;
+            let mut seq = 0u64;
+            for (n, line) in BufReader::new(file).lines().enumerate() {
+                let line = line.map_err(|e| format!("--inputs {}: {e}", args.inputs.display()))?;
+                if line.trim().is_empty() {
+                    continue;
+                }
+                let this = index;
+                index += 1;
+                if !in_shard(this) {
+                    continue;
+                }
+                let input: InputLine = serde_json::from_str(&line).map_err(|e| {
+                    format!(
+                        "{}:{}: not an input line: {e}",
+                        args.inputs.display(),
+                        n + 1
+                    )
+                })?;
+                if input.args.is_some() && input.arg.is_some() {
+                    return Err(format!(
+                        "{}:{}: give `args` (a string) or `arg` (an object), not both",
+                        args.inputs.display(),
+                        n + 1
+                    ));
+                }
+                let input = Arc::new(input);
+                let base = input.seed.unwrap_or_else(|| mix(args.seed, this));
+                for repeat in 0..args.repeat {
+                    if !wanted(&(this, repeat)) {
+                        continue;
+                    }
+                    if cancel.load(Ordering::Relaxed) {
+                        return Ok(());
+                    }
+                    let seed = if repeat == 0 {
+                        base
+                    } else {
+                        mix(base, u64::from(repeat))
+                    };
+                    let job = Job {
+                        seq,
+                        index: this,
+                        line: n as u64 + 1,
+                        repeat,
+                        seed,
+                        input: input.clone(),
+                    };
+                    seq += 1;
+                    if jobs_tx.send(job).is_err() {
+                        return Ok(());
+                    }
+                }
+            }
+            Ok(())
+        };
+        let fed = feed();
+        drop(jobs_tx);
+        if let Err(e) = fed {
+            cancel.store(true, Ordering::Relaxed);
+            *failure.lock().unwrap_or_else(|e| e.into_inner()) = Some(e);
+        }
+    });
+    bar.finish_and_clear();
+    let wall = started.elapsed();
+    if let Some(message) = failure.lock().unwrap_or_else(|e| e.into_inner()).take() {
+        return Err(message);
+    }
+    let writer = match Arc::try_unwrap(writer) {
+        Ok(writer) => writer.into_inner().unwrap_or_else(|e| e.into_inner()),
+        Err(_) => return Err("internal: a batch worker outlived the batch".to_owned()),
+    };
+    let Writer { sink, tally, .. } = writer;
+    drop(sink);
+    // A resumed or retried batch appended its new results: put the file back in input order,
+    // the latest result of each run winning.
+    let tally = match (&args.out, appending) {
+        (Some(out), true) => {
+            let merged = read_results(out)?;
+            write_sorted(out, merged.values())?;
+            let mut tally = Tally::default();
+            for r in merged.values() {
+                tally.add(r);
+            }
+            tally
+        }
+        _ => tally,
+    };
+    tally.print(args.repeat, Some(wall));
+    if cancel.load(Ordering::Relaxed) {
+        eprintln!("cancelled: the results so far are written; --resume continues");
+        return Ok(ExitCode::from(130));
+    }
+    Ok(exit_code(&tally, args.repeat, args.pass_rate))
+}
+
+fn exit_code(tally: &Tally, repeat: u32, pass_rate: f64) -> ExitCode {
+    let ok = if repeat > 1 {
+        tally.below(pass_rate) == 0
+    } else {
+        tally.failed == 0 && tally.errored == 0
+    };
+    if ok {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    }
+}
+
+/// Write results to `path` in input order, through a temporary file renamed over it.
+fn write_sorted<'a>(
+    path: &Path,
+    results: impl Iterator<Item = &'a ResultLine>,
+) -> Result<(), String> {
+    let dir = path
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    let mut tmp = tempfile::NamedTempFile::new_in(dir)
+        .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+    {
+        let mut out = std::io::BufWriter::new(tmp.as_file_mut());
+        for r in results {
+            let line = serde_json::to_string(r).map_err(|e| e.to_string())?;
+            writeln!(out, "{line}").map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+        }
+        out.flush()
+            .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+    }
+    tmp.persist(path)
+        .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+    Ok(())
+}
+
+/// `promptforge merge`: the shards' results as one file in input order, with the summary.
+pub fn merge(args: &MergeArgs) -> ExitCode {
+    let mut all: BTreeMap<(u64, u32), ResultLine> = BTreeMap::new();
+    for file in &args.files {
+        let results = match read_results(file) {
+            Ok(results) => results,
+            Err(message) => {
+                eprintln!("error: {message}");
+                return ExitCode::from(2);
+            }
+        };
+        for (key, result) in results {
+            if all.insert(key, result).is_some() {
+                eprintln!(
+                    "error: input {} repeat {} appears in more than one file ({} is one); \
+                     were two shards given the same I/N?",
+                    key.0,
+                    key.1,
+                    file.display()
+                );
+                return ExitCode::from(2);
+            }
+        }
+    }
+    let written = match &args.out {
+        Some(out) => write_sorted(out, all.values()),
+        None => {
+            let mut out = std::io::stdout().lock();
+            all.values().try_for_each(|r| {
+                let line = serde_json::to_string(r).map_err(|e| e.to_string())?;
+                writeln!(out, "{line}").map_err(|e| e.to_string())
+            })
+        }
+    };
+    if let Err(message) = written {
+        eprintln!("error: {message}");
+        return ExitCode::from(2);
+    }
+    let mut tally = Tally::default();
+    let mut repeat = 1;
+    for r in all.values() {
+        tally.add(r);
+        repeat = repeat.max(r.repeat + 1);
+    }
+    tally.print(repeat, None);
+    exit_code(&tally, repeat, 1.0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shards_parse_and_refuse_nonsense() {
+        assert_eq!(parse_shard("0/4"), Ok((0, 4)));
+        assert_eq!(parse_shard("3/4"), Ok((3, 4)));
+        for bad in ["4/4", "1/0", "a/b", "2", "-1/3"] {
+            assert!(parse_shard(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn seeds_differ_per_input_and_repeat_and_never_change() {
+        assert_ne!(mix(0, 0), mix(0, 1));
+        assert_ne!(mix(0, 1), mix(1, 0));
+        assert_eq!(mix(7, 3), mix(7, 3));
+        // Fixed forever: a recorded batch reproduces on every machine and version.
+        assert_eq!(mix(0, 0), 0xe220_a839_7b1d_cdaf);
+    }
+
+    #[test]
+    fn expectations_report_each_miss() {
+        let input: InputLine = serde_json::from_str(
+            r#"{"args":"x","expect":"hello","contains":["ell","zz"],"matches":"^h.*o$"}"#,
+        )
+        .unwrap_or_default();
+        assert_eq!(
+            check_expectations(&input, "hello"),
+            Ok(vec!["contains: the result lacks \"zz\"".to_owned()])
+        );
+        assert_eq!(check_expectations(&input, "help").map(|f| f.len()), Ok(4));
+        let bad: InputLine = serde_json::from_str(r#"{"matches":"("}"#).unwrap_or_default();
+        assert!(check_expectations(&bad, "x").is_err());
+    }
+}

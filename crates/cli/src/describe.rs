@@ -1,0 +1,413 @@
+//! What a prompt needs, for a person: `promptforge describe PROMPT`, `promptforge run PROMPT
+//! --help` and `check` print it; and `--arg NAME=VALUE`, which builds a structured argument
+//! string from the declaration the description shows.
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use clap::Args;
+use promptforge_syntax::Prompt;
+use promptforge_syntax::frontmatter::{ArgDecl, ArgType, ArgValue, ArgsDecl};
+use serde::Serialize;
+use serde_json::{Map, Value as Json};
+
+use crate::source::read_prompt;
+
+#[derive(Debug, Args)]
+pub struct DescribeArgs {
+    /// The prompt file to describe.
+    #[arg(value_name = "PROMPT")]
+    prompt: PathBuf,
+    /// Print the description as one JSON object.
+    #[arg(long)]
+    json: bool,
+}
+
+/// A prompt's interface: what `describe --json` prints.
+#[derive(Debug, Serialize)]
+pub(crate) struct Description {
+    name: String,
+    description: String,
+    title: String,
+    /// `free text` (no `args:` key: the whole string is `argv.prose`) or `json`.
+    args_form: &'static str,
+    args: Vec<ArgLine>,
+    roles: Vec<RoleLine>,
+    tool_slots: Vec<SlotLine>,
+    plugins: Vec<PluginLine>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    input_file: Option<FileLine>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    output_file: Option<FileLine>,
+}
+
+#[derive(Debug, Serialize)]
+struct ArgLine {
+    name: String,
+    #[serde(rename = "type")]
+    ty: &'static str,
+    optional: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    default: Option<Json>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    description: Option<String>,
+}
+
+#[derive(Debug, Serialize)]
+struct RoleLine {
+    label: String,
+    keywords: Vec<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    min_context: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    description: Option<String>,
+}
+
+#[derive(Debug, Serialize)]
+struct SlotLine {
+    alias: String,
+    path: String,
+}
+
+#[derive(Debug, Serialize)]
+struct PluginLine {
+    id: String,
+    optional: bool,
+}
+
+#[derive(Debug, Serialize)]
+struct FileLine {
+    path: String,
+    description: String,
+}
+
+fn arg_value_json(value: &ArgValue) -> Json {
+    match value {
+        ArgValue::String(s) => Json::String(s.clone()),
+        ArgValue::Boolean(b) => Json::Bool(*b),
+        ArgValue::Integer(n) => Json::from(*n),
+        ArgValue::Number(x) => serde_json::Number::from_f64(*x).map_or(Json::Null, Json::Number),
+    }
+}
+
+impl Description {
+    pub(crate) fn of(prompt: &Prompt) -> Description {
+        let fm = &prompt.frontmatter;
+        let arg_line = |arg: &ArgDecl| ArgLine {
+            name: arg.name.clone(),
+            ty: arg.ty.as_str(),
+            optional: arg.optional,
+            default: arg.default.as_ref().map(arg_value_json),
+            description: arg.description.clone(),
+        };
+        let file = |decl: &promptforge_syntax::frontmatter::FileDecl| FileLine {
+            path: decl.path.clone(),
+            description: decl.description.clone(),
+        };
+        Description {
+            name: fm.name.clone(),
+            description: fm.description.clone(),
+            title: prompt.title.clone(),
+            args_form: if fm.args.is_structured() {
+                "json"
+            } else {
+                "free text"
+            },
+            args: fm.args.args.iter().map(arg_line).collect(),
+            roles: fm
+                .models
+                .iter()
+                .map(|role| RoleLine {
+                    label: role.label.clone(),
+                    keywords: role.keywords.iter().map(|k| k.to_string()).collect(),
+                    min_context: role.min_context,
+                    description: role.description.clone(),
+                })
+                .collect(),
+            tool_slots: fm
+                .tools
+                .iter()
+                .map(|slot| SlotLine {
+                    alias: slot.alias.clone(),
+                    path: slot.path.clone(),
+                })
+                .collect(),
+            plugins: fm
+                .plugins
+                .iter()
+                .map(|p| PluginLine {
+                    id: p.id.clone(),
+                    optional: p.optional,
+                })
+                .collect(),
+            input_file: fm.input.as_ref().map(file),
+            output_file: fm.output.as_ref().map(file),
+        }
+    }
+
+    /// The description as text, every line starting with `indent`.
+    pub(crate) fn text(&self, indent: &str) -> String {
+        let mut out = Vec::new();
+        let mut line = |s: String| out.push(format!("{indent}{s}").trim_end().to_owned());
+        line(format!("{}: {}", self.name, self.description));
+        if self.args_form == "json" {
+            line("arguments (a JSON object: --args '{...}', or --arg NAME=VALUE each):".into());
+            if self.args.is_empty() {
+                line("  none declared".into());
+            }
+        } else {
+            line("arguments (free text: --args STRING, read as argv.prose):".into());
+        }
+        let width = self.args.iter().map(|a| a.name.len()).max().unwrap_or(0);
+        for arg in &self.args {
+            let need = match (&arg.default, arg.optional) {
+                (Some(default), _) => format!("default {default}"),
+                (None, true) => "optional".into(),
+                (None, false) => "required".into(),
+            };
+            let about = arg.description.as_deref().unwrap_or("");
+            line(format!(
+                "  {:width$}  {}, {need}  {about}",
+                arg.name, arg.ty
+            ));
+        }
+        if self.roles.is_empty() {
+            line("model roles: none (the prompt can still call the current model)".into());
+        } else {
+            line("model roles (each bound to the current model, --model ID):".into());
+            for role in &self.roles {
+                let mut needs = Vec::new();
+                if !role.keywords.is_empty() {
+                    needs.push(format!("keywords {}", role.keywords.join(", ")));
+                }
+                if let Some(min) = role.min_context {
+                    needs.push(format!("context of at least {min} tokens"));
+                }
+                if needs.is_empty() {
+                    needs.push("any model".into());
+                }
+                let about = role
+                    .description
+                    .as_deref()
+                    .map(|d| format!("  {d}"))
+                    .unwrap_or_default();
+                line(format!("  {}: {}{about}", role.label, needs.join("; ")));
+            }
+        }
+        if !self.tool_slots.is_empty() {
+            line("tool slots:".into());
+            for slot in &self.tool_slots {
+                line(format!("  {} = {}", slot.alias, slot.path));
+            }
+        }
+        if !self.plugins.is_empty() {
+            line("plugins:".into());
+            for plugin in &self.plugins {
+                let optional = if plugin.optional { " (optional)" } else { "" };
+                line(format!("  {}{optional}", plugin.id));
+            }
+        }
+        if let Some(file) = &self.input_file {
+            line(format!(
+                "input file: {} ({}); pass --input-file PATH",
+                file.path, file.description
+            ));
+        }
+        if let Some(file) = &self.output_file {
+            line(format!(
+                "output file: {} ({}); pass --output-file PATH to copy it out",
+                file.path, file.description
+            ));
+        }
+        out.join("\n")
+    }
+}
+
+/// Parse a prompt file for its description; the error is a one-line report.
+pub(crate) fn load(path: &Path) -> Result<Description, String> {
+    let text = read_prompt(path)?;
+    let prompt = Prompt::parse(&text).map_err(|err| {
+        let at = crate::source::display_location(&err)
+            .map(|(line, col)| format!(":{line}:{col}"))
+            .unwrap_or_default();
+        format!(
+            "{}{at}: error[{}]: {}",
+            path.display(),
+            err.kind,
+            err.message
+        )
+    })?;
+    Ok(Description::of(&prompt))
+}
+
+pub fn describe(args: &DescribeArgs) -> ExitCode {
+    let description = match load(&args.prompt) {
+        Ok(d) => d,
+        Err(message) => {
+            eprintln!("error: {message}");
+            return ExitCode::from(1);
+        }
+    };
+    if args.json {
+        match serde_json::to_string_pretty(&description) {
+            Ok(text) => println!("{text}"),
+            Err(e) => {
+                eprintln!("error: cannot encode the description: {e}");
+                return ExitCode::from(1);
+            }
+        }
+    } else {
+        println!("{}", description.text(""));
+    }
+    ExitCode::SUCCESS
+}
+
+/// The argument string of `--arg NAME=VALUE` pairs for a prompt that declares structured
+/// args: a JSON object whose values follow the declared types (`string` as written; `boolean`
+/// `true`/`false`; `integer` and `number` as JSON numbers). A name the prompt does not declare,
+/// a value that does not fit its type, or a prompt that takes free text is an error that says
+/// what the prompt takes.
+pub(crate) fn structured_args(decl: &ArgsDecl, pairs: &[String]) -> Result<String, String> {
+    if !decl.is_structured() {
+        return Err(
+            "--arg: this prompt takes free text (it declares no `args:`); pass --args STRING"
+                .to_owned(),
+        );
+    }
+    let declared = || {
+        if decl.args.is_empty() {
+            "it declares none".to_owned()
+        } else {
+            let names: Vec<&str> = decl.args.iter().map(|a| a.name.as_str()).collect();
+            format!("it declares: {}", names.join(", "))
+        }
+    };
+    let mut object = Map::new();
+    for pair in pairs {
+        let Some((name, value)) = pair.split_once('=') else {
+            return Err(format!("--arg {pair:?}: write it as NAME=VALUE"));
+        };
+        let Some(arg) = decl.get(name) else {
+            return Err(format!(
+                "--arg {name}: the prompt has no arg `{name}`; {}",
+                declared()
+            ));
+        };
+        let parsed = match arg.ty {
+            ArgType::String => Some(Json::String(value.to_owned())),
+            ArgType::Boolean => match value {
+                "true" => Some(Json::Bool(true)),
+                "false" => Some(Json::Bool(false)),
+                _ => None,
+            },
+            ArgType::Integer => value.trim().parse::<i64>().ok().map(Json::from),
+            ArgType::Number => value
+                .trim()
+                .parse::<i64>()
+                .ok()
+                .map(Json::from)
+                .or_else(|| {
+                    value
+                        .trim()
+                        .parse::<f64>()
+                        .ok()
+                        .and_then(serde_json::Number::from_f64)
+                        .map(Json::Number)
+                }),
+        };
+        let Some(parsed) = parsed else {
+            return Err(format!(
+                "--arg {name}={value}: `{name}` is declared as {}, and {value:?} is not one",
+                arg.ty.as_str()
+            ));
+        };
+        if object.insert(name.to_owned(), parsed).is_some() {
+            return Err(format!("--arg {name}: given twice"));
+        }
+    }
+    serde_json::to_string(&Json::Object(object)).map_err(|e| format!("--arg: {e}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn prompt(frontmatter: &str) -> Prompt {
+        let text = format!(
+            "---\nname: t\ndescription: A test\npromptforge: 0\n{frontmatter}---\n\n# T\n\n## S\n\n```lua\nreturn 1\n```\n"
+        );
+        match Prompt::parse(&text) {
+            Ok(p) => p,
+            Err(e) => unreachable!("fixture must parse: {e:?}"),
+        }
+    }
+
+    const ARGS: &str = "args:\n  topic:\n    type: string\n    description: What to write about\n  words:\n    type: integer\n    optional: true\n    default: 200\n  loud:\n    type: boolean\n    optional: true\n  ratio:\n    type: number\n    optional: true\n";
+
+    #[test]
+    fn arg_pairs_follow_the_declared_types() {
+        let p = prompt(ARGS);
+        let args = structured_args(
+            &p.frontmatter.args,
+            &[
+                "topic=tides, moons".into(),
+                "words=50".into(),
+                "loud=true".into(),
+                "ratio=0.5".into(),
+            ],
+        );
+        assert_eq!(
+            args.as_deref(),
+            Ok(r#"{"loud":true,"ratio":0.5,"topic":"tides, moons","words":50}"#)
+        );
+    }
+
+    #[test]
+    fn arg_pairs_say_what_the_prompt_takes() {
+        let p = prompt(ARGS);
+        let decl = &p.frontmatter.args;
+        assert_eq!(
+            structured_args(decl, &["nope=1".into()]),
+            Err(
+                "--arg nope: the prompt has no arg `nope`; it declares: topic, words, loud, ratio"
+                    .into()
+            )
+        );
+        assert_eq!(
+            structured_args(decl, &["words=many".into()]),
+            Err("--arg words=many: `words` is declared as integer, and \"many\" is not one".into())
+        );
+        assert_eq!(
+            structured_args(decl, &["topic".into()]),
+            Err("--arg \"topic\": write it as NAME=VALUE".into())
+        );
+        let free = prompt("");
+        assert!(
+            structured_args(&free.frontmatter.args, &["a=b".into()])
+                .is_err_and(|e| e.contains("takes free text"))
+        );
+    }
+
+    #[test]
+    fn the_description_lists_args_roles_slots_and_files() {
+        let p = prompt(&format!(
+            "{ARGS}models:\n  writer:\n    keywords: [frontier]\n    min_context: 1000\n    description: Writes the draft\ntools:\n  ask: promptforge/user-input/ask\noutput:\n  path: out.md\n  description: the draft\n"
+        ));
+        let text = Description::of(&p).text("");
+        for want in [
+            "t: A test",
+            "arguments (a JSON object",
+            "topic  string, required  What to write about",
+            "words  integer, default 200",
+            "loud   boolean, optional",
+            "writer: keywords frontier; context of at least 1000 tokens  Writes the draft",
+            "ask = promptforge/user-input/ask",
+            "output file: out.md (the draft)",
+        ] {
+            assert!(text.contains(want), "missing {want:?} in:\n{text}");
+        }
+        let free = Description::of(&prompt("")).text("  ");
+        assert!(free.contains("  arguments (free text: --args STRING"));
+        assert!(free.contains("prose  string, optional  Freeform input for this prompt"));
+    }
+}

@@ -1,0 +1,507 @@
+//! What a person at a terminal sees while a run works: a live progress display on stderr
+//! (indicatif), the notes the Host has for them (a retry, a server's message), and a one-line
+//! summary at the end.
+//!
+//! The display is drawn only when stderr is a terminal and nothing else owns the output
+//! (`--json`, `--events`, `--quiet` and batch runs turn it off); then notes are plain stderr
+//! lines. One line shows the section the main walk is in and the run's totals; each running
+//! task or fanout arm gets a line of its own with its current model round and the tail of the
+//! reply streaming in.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
+use promptforge_engine::protocol::EffectId;
+use promptforge_engine::{Event, EventKind, Outcome};
+use promptforge_harness::model::{Price, Usage};
+
+/// The display on screen, if any: tracing's writer draws its log lines above it.
+static SCREEN: OnceLock<MultiProgress> = OnceLock::new();
+
+/// Write a finished line to stderr, above the progress display when one is drawn.
+pub(crate) fn print_line(text: &str) {
+    match SCREEN.get() {
+        Some(multi) => {
+            if multi.println(text).is_err() {
+                eprintln!("{text}");
+            }
+        }
+        None => eprintln!("{text}"),
+    }
+}
+
+/// tracing's writer: each log line goes out through [`print_line`]'s route, so `-v` logs and
+/// the progress display never tear each other.
+#[derive(Debug, Default)]
+pub(crate) struct LogWriter(Vec<u8>);
+
+impl std::io::Write for LogWriter {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.extend_from_slice(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl Drop for LogWriter {
+    fn drop(&mut self) {
+        let text = String::from_utf8_lossy(&self.0);
+        let text = text.trim_end_matches('\n');
+        if !text.is_empty() {
+            print_line(text);
+        }
+    }
+}
+
+/// Token and round totals of a run (or of one run of a batch).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct Totals {
+    /// Model rounds that got a reply.
+    pub rounds: u64,
+    /// Rounds whose reply carried no usage.
+    pub unmetered: u64,
+    pub prompt_tokens: u64,
+    pub completion_tokens: u64,
+}
+
+impl Totals {
+    pub(crate) fn add(&mut self, usage: Option<&Usage>) {
+        self.rounds += 1;
+        match usage {
+            Some(u) => {
+                self.prompt_tokens += u.prompt_tokens;
+                self.completion_tokens += u.completion_tokens;
+            }
+            None => self.unmetered += 1,
+        }
+    }
+
+    /// The cost in dollars, when every round was metered and the model has a price.
+    pub(crate) fn cost(&self, price: Option<&Price>) -> Option<f64> {
+        if self.unmetered > 0 {
+            return None;
+        }
+        let usage = Usage {
+            prompt_tokens: self.prompt_tokens,
+            completion_tokens: self.completion_tokens,
+            reasoning_tokens: None,
+        };
+        price.map(|p| p.cost(&usage))
+    }
+
+    /// `3 rounds · 1,204 in / 311 out tokens · $0.0041` (or `cost unknown`).
+    pub(crate) fn text(&self, price: Option<&Price>, model: Option<&str>) -> String {
+        if self.rounds == 0 {
+            return "no model rounds".to_owned();
+        }
+        let rounds = plural(self.rounds, "round");
+        let tokens = if self.unmetered == self.rounds {
+            "tokens not reported".to_owned()
+        } else {
+            let partial = if self.unmetered > 0 {
+                format!(" ({} rounds unreported)", self.unmetered)
+            } else {
+                String::new()
+            };
+            format!(
+                "{} in / {} out tokens{partial}",
+                thousands(self.prompt_tokens),
+                thousands(self.completion_tokens)
+            )
+        };
+        let cost = match (self.cost(price), price) {
+            (Some(cost), _) => format!("${cost:.4}"),
+            (None, Some(_)) => "cost unknown (tokens not reported)".to_owned(),
+            (None, None) => match model {
+                Some(id) => format!("cost unknown (no price for {id} in the catalog)"),
+                None => "cost unknown".to_owned(),
+            },
+        };
+        format!("{rounds} · {tokens} · {cost}")
+    }
+}
+
+pub(crate) fn plural(n: u64, word: &str) -> String {
+    if n == 1 {
+        format!("1 {word}")
+    } else {
+        format!("{n} {word}s")
+    }
+}
+
+/// `12345` as `12,345`.
+pub(crate) fn thousands(n: u64) -> String {
+    let digits = n.to_string();
+    let mut out = String::new();
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i).is_multiple_of(3) {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
+
+/// A wall time for people: `850 ms`, `2.41 s`, `3 m 05 s`.
+pub(crate) fn duration_text(d: Duration) -> String {
+    let ms = d.as_millis();
+    if ms < 1000 {
+        format!("{ms} ms")
+    } else if ms < 60_000 {
+        format!("{:.2} s", d.as_secs_f64())
+    } else {
+        format!("{} m {:02} s", ms / 60_000, (ms / 1000) % 60)
+    }
+}
+
+/// The last `max` characters of `text`, on one line.
+fn tail(text: &str, max: usize) -> String {
+    let flat: String = text
+        .chars()
+        .map(|c| if c.is_control() { ' ' } else { c })
+        .collect();
+    let count = flat.chars().count();
+    if count <= max {
+        return flat;
+    }
+    let skip = count - max;
+    format!("…{}", flat.chars().skip(skip + 1).collect::<String>())
+}
+
+/// The widest reply tail a task line shows.
+const TAIL: usize = 60;
+
+/// One model round in flight, as its line shows it; shared with the round's observer.
+#[derive(Debug)]
+pub(crate) struct RoundLine {
+    bar: Option<ProgressBar>,
+    label: String,
+    streamed: Mutex<String>,
+}
+
+impl RoundLine {
+    fn show(&self, what: &str) {
+        if let Some(bar) = &self.bar {
+            bar.set_message(format!("{}: {what}", self.label));
+        }
+    }
+
+    /// A fragment of the reply arrived.
+    pub(crate) fn text(&self, fragment: &str) {
+        if self.bar.is_none() {
+            return;
+        }
+        let mut streamed = self.streamed.lock().unwrap_or_else(|e| e.into_inner());
+        streamed.push_str(fragment);
+        // Keep only what the line can show.
+        if streamed.len() > 4 * TAIL * 4 {
+            let cut = streamed.len() - 2 * TAIL * 4;
+            let cut = (cut..streamed.len())
+                .find(|&i| streamed.is_char_boundary(i))
+                .unwrap_or(0);
+            streamed.drain(..cut);
+        }
+        let shown = tail(&streamed, TAIL);
+        drop(streamed);
+        self.show(&shown);
+    }
+
+    /// The model is reasoning (its text is never shown).
+    pub(crate) fn reasoning(&self) {
+        let streamed = self.streamed.lock().unwrap_or_else(|e| e.into_inner());
+        if streamed.is_empty() {
+            drop(streamed);
+            self.show("thinking…");
+        }
+    }
+
+    /// The round waits to be sent again.
+    pub(crate) fn waiting(&self, why: &str, wait: Duration) {
+        self.show(&format!(
+            "{why}; retrying in {}",
+            duration_text(wait).replace(".00", "")
+        ));
+    }
+}
+
+/// The live display of one run.
+#[derive(Debug)]
+pub(crate) struct Progress {
+    screen: Option<Screen>,
+    /// Whether a display was drawn (it is cleared when the run ends).
+    drawn: bool,
+    totals: Totals,
+    section: String,
+    started: Instant,
+}
+
+#[derive(Debug)]
+struct Screen {
+    multi: MultiProgress,
+    main: ProgressBar,
+    /// A line per running task, by task id.
+    tasks: BTreeMap<String, ProgressBar>,
+    /// Model rounds in flight: effect → (task, round number of that task).
+    rounds: BTreeMap<EffectId, String>,
+    /// How many rounds each task has started.
+    counts: BTreeMap<String, u64>,
+}
+
+fn spinner(template: &str) -> ProgressBar {
+    let bar = ProgressBar::new_spinner();
+    if let Ok(style) = ProgressStyle::with_template(template) {
+        bar.set_style(style.tick_chars("⠋⠙⠹⠸⠼⠴⠦⠧⠇⠏ "));
+    }
+    bar
+}
+
+impl Progress {
+    /// A display drawn on stderr when `draw` (stderr is a terminal and nothing else owns the
+    /// output), else none.
+    pub(crate) fn new(draw: bool) -> Progress {
+        let screen = draw.then(|| {
+            let multi = MultiProgress::with_draw_target(ProgressDrawTarget::stderr());
+            let main = multi.add(spinner("{spinner} {elapsed:>3} {wide_msg}"));
+            main.enable_steady_tick(Duration::from_millis(120));
+            main.set_message("starting");
+            let _ = SCREEN.set(multi.clone());
+            Screen {
+                multi,
+                main,
+                tasks: BTreeMap::new(),
+                rounds: BTreeMap::new(),
+                counts: BTreeMap::new(),
+            }
+        });
+        Progress {
+            drawn: screen.is_some(),
+            screen,
+            totals: Totals::default(),
+            section: String::new(),
+            started: Instant::now(),
+        }
+    }
+
+    /// Whether a display is (or was) drawn.
+    pub(crate) fn drawn(&self) -> bool {
+        self.drawn
+    }
+
+    /// The run's totals so far.
+    pub(crate) fn totals(&self) -> Totals {
+        self.totals
+    }
+
+    /// The wall time since the run started.
+    pub(crate) fn elapsed(&self) -> Duration {
+        self.started.elapsed()
+    }
+
+    fn refresh_main(&self) {
+        if let Some(screen) = &self.screen {
+            let mut text = if self.section.is_empty() {
+                "running".to_owned()
+            } else {
+                format!("§ {}", self.section)
+            };
+            if self.totals.rounds > 0 || !screen.rounds.is_empty() {
+                text.push_str(&format!(
+                    "  · {} done, {} in flight · {} in / {} out tokens",
+                    plural(self.totals.rounds, "round"),
+                    screen.rounds.len(),
+                    thousands(self.totals.prompt_tokens),
+                    thousands(self.totals.completion_tokens)
+                ));
+            }
+            screen.main.set_message(text);
+        }
+    }
+
+    /// An event of the run.
+    pub(crate) fn event(&mut self, event: &Event) {
+        let Some(screen) = &mut self.screen else {
+            return;
+        };
+        match &event.kind {
+            EventKind::SectionStarted { section, .. } if event.task == "0" => {
+                self.section = section.clone();
+            }
+            EventKind::SectionStarted { section, .. } => {
+                if let Some(bar) = screen.tasks.get(&event.task) {
+                    bar.set_message(format!("§ {section}"));
+                }
+            }
+            EventKind::TaskStarted => {
+                let bar = screen
+                    .multi
+                    .add(spinner("  {spinner} {prefix:.dim} {wide_msg}"));
+                bar.set_prefix(format!("task {}", event.task));
+                bar.set_message("started");
+                bar.enable_steady_tick(Duration::from_millis(120));
+                screen.tasks.insert(event.task.clone(), bar);
+            }
+            EventKind::TaskEnded { .. } => {
+                if let Some(bar) = screen.tasks.remove(&event.task) {
+                    bar.finish_and_clear();
+                    screen.multi.remove(&bar);
+                }
+            }
+            _ => return,
+        }
+        self.refresh_main();
+    }
+
+    /// A model round goes out for `task` (the issuing task, when the run knows it).
+    pub(crate) fn round_started(
+        &mut self,
+        effect: EffectId,
+        task: Option<String>,
+    ) -> Arc<RoundLine> {
+        let Some(screen) = &mut self.screen else {
+            return Arc::new(RoundLine {
+                bar: None,
+                label: String::new(),
+                streamed: Mutex::new(String::new()),
+            });
+        };
+        let task = task.unwrap_or_else(|| "0".to_owned());
+        let n = screen.counts.entry(task.clone()).or_insert(0);
+        *n += 1;
+        let label = format!("round {n}");
+        let bar = screen
+            .tasks
+            .get(&task)
+            .cloned()
+            .unwrap_or_else(|| screen.main.clone());
+        let label = if screen.tasks.contains_key(&task) {
+            label
+        } else {
+            format!("§ {} · {label}", self.section)
+        };
+        screen.rounds.insert(effect, task);
+        let line = Arc::new(RoundLine {
+            bar: Some(bar),
+            label,
+            streamed: Mutex::new(String::new()),
+        });
+        line.show("waiting for the model");
+        line
+    }
+
+    /// A model round ended (a reply, with its usage if reported) or was dropped (`None`).
+    pub(crate) fn round_finished(&mut self, effect: EffectId, reply: Option<Option<&Usage>>) {
+        if let Some(usage) = reply {
+            self.totals.add(usage);
+        }
+        if let Some(screen) = &mut self.screen {
+            screen.rounds.remove(&effect);
+        }
+        self.refresh_main();
+    }
+
+    /// Hide the display while a person types an answer on the terminal (`true`), and show
+    /// it again (`false`).
+    pub(crate) fn pause(&mut self, hidden: bool) {
+        if let Some(screen) = &self.screen {
+            screen.multi.set_draw_target(if hidden {
+                ProgressDrawTarget::hidden()
+            } else {
+                ProgressDrawTarget::stderr()
+            });
+        }
+    }
+
+    /// Clear the display (the run ended).
+    pub(crate) fn finish(&mut self) {
+        if let Some(screen) = self.screen.take() {
+            for bar in screen.tasks.values() {
+                bar.finish_and_clear();
+            }
+            screen.main.finish_and_clear();
+            let _ = screen.multi.clear();
+        }
+    }
+
+    /// The one-line summary of the run's end.
+    pub(crate) fn summary(
+        &self,
+        outcome: &Outcome,
+        price: Option<&Price>,
+        model: Option<&str>,
+    ) -> String {
+        let (mark, what) = match outcome {
+            Outcome::Completed(_) => ("✓", "completed".to_owned()),
+            Outcome::Cancelled => ("■", "cancelled".to_owned()),
+            Outcome::Failed(err) => ("✗", format!("failed ({})", err.kind)),
+        };
+        format!(
+            "{mark} {what} in {} · {}",
+            duration_text(self.elapsed()),
+            self.totals.text(price, model)
+        )
+    }
+}
+
+impl Drop for Progress {
+    fn drop(&mut self) {
+        self.finish();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn numbers_read_well() {
+        assert_eq!(thousands(0), "0");
+        assert_eq!(thousands(999), "999");
+        assert_eq!(thousands(1000), "1,000");
+        assert_eq!(thousands(1234567), "1,234,567");
+        assert_eq!(duration_text(Duration::from_millis(850)), "850 ms");
+        assert_eq!(duration_text(Duration::from_millis(2414)), "2.41 s");
+        assert_eq!(duration_text(Duration::from_secs(185)), "3 m 05 s");
+    }
+
+    #[test]
+    fn tails_keep_the_end_on_one_line() {
+        assert_eq!(tail("a\nb", 10), "a b");
+        assert_eq!(tail("abcdefghij", 5), "…ghij");
+        assert_eq!(tail("ééééé", 3), "…éé");
+    }
+
+    #[test]
+    fn totals_never_show_an_unknown_cost_as_zero() {
+        let mut t = Totals::default();
+        assert_eq!(t.text(None, None), "no model rounds");
+        t.add(Some(&Usage {
+            prompt_tokens: 1500,
+            completion_tokens: 500,
+            reasoning_tokens: None,
+        }));
+        t.add(Some(&Usage {
+            prompt_tokens: 500,
+            completion_tokens: 500,
+            reasoning_tokens: None,
+        }));
+        assert_eq!(
+            t.text(None, Some("openai:gpt-4.1")),
+            "2 rounds · 2,000 in / 1,000 out tokens · cost unknown (no price for openai:gpt-4.1 in the catalog)"
+        );
+        let price = Price::new(2.0, 8.0);
+        assert_eq!(
+            t.text(price.as_ref(), None),
+            "2 rounds · 2,000 in / 1,000 out tokens · $0.0120"
+        );
+        t.add(None);
+        assert_eq!(
+            t.text(price.as_ref(), None),
+            "3 rounds · 2,000 in / 1,000 out tokens (1 rounds unreported) · cost unknown (tokens not reported)"
+        );
+    }
+}

@@ -1,0 +1,327 @@
+//! `promptforge batch` and `promptforge merge` through the real binary, against a local
+//! OpenAI-compatible server that answers every round after a short wait: the batch keeps the
+//! concurrency limit's worth of rounds in flight, writes one result per run in input order,
+//! tallies them right, and its shards merge back into exactly the unsharded results.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod support;
+
+use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use axum::Router;
+use axum::body::{Body, Bytes};
+use axum::extract::State;
+use axum::response::Response;
+use axum::routing::post;
+use serde_json::{Value, json};
+use support::{LocalServer, promptforge};
+
+#[derive(Default)]
+struct Counts {
+    requests: AtomicUsize,
+    in_flight: AtomicUsize,
+    peak: AtomicUsize,
+    /// Requests for the `flaky` input so far: the first is refused with 401.
+    flaky: AtomicUsize,
+}
+
+async fn chat(State(counts): State<Arc<Counts>>, body: Bytes) -> Response {
+    counts.requests.fetch_add(1, Ordering::SeqCst);
+    let now = counts.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
+    counts.peak.fetch_max(now, Ordering::SeqCst);
+    tokio::time::sleep(Duration::from_millis(60)).await;
+    counts.in_flight.fetch_sub(1, Ordering::SeqCst);
+    let request: Value = serde_json::from_slice(&body).unwrap_or_default();
+    let said = request["messages"]
+        .as_array()
+        .and_then(|m| m.last())
+        .and_then(|m| m["content"].as_str())
+        .unwrap_or("")
+        .to_owned();
+    if said.contains("flaky") && counts.flaky.fetch_add(1, Ordering::SeqCst) == 0 {
+        return Response::builder()
+            .status(401)
+            .header("content-type", "application/json")
+            .body(Body::from(
+                json!({"error": {"message": "bad key today"}}).to_string(),
+            ))
+            .unwrap();
+    }
+    let content = json!({"choices": [{"index": 0, "delta": {"content": format!("echo: {said}")}}]});
+    let end = json!({"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}],
+                     "usage": {"prompt_tokens": 10, "completion_tokens": 5}});
+    let text = format!("data: {content}\n\ndata: {end}\n\ndata: [DONE]\n\n");
+    Response::builder()
+        .header("content-type", "text/event-stream")
+        .body(Body::from(text))
+        .unwrap()
+}
+
+fn server() -> (LocalServer, Arc<Counts>) {
+    let counts = Arc::new(Counts::default());
+    let app = Router::new()
+        .route("/v1/chat/completions", post(chat))
+        .with_state(counts.clone());
+    (LocalServer::start(app), counts)
+}
+
+const PROMPT: &str = "---\nname: echo\ndescription: Echoes its argument through the model\npromptforge: 0\nmodels:\n  w: {}\n---\n\n# Echo\n\n## Ask\n\n```lua\nmodels.default('w')\nreturn models.infer('say ' .. args)\n```\n";
+
+fn setup(inputs: &str) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("echo.md"), PROMPT).unwrap();
+    std::fs::write(dir.path().join("inputs.jsonl"), inputs).unwrap();
+    dir
+}
+
+fn batch(dir: &Path, server: &LocalServer, extra: &[&str]) -> (Option<i32>, String) {
+    let output = promptforge(dir)
+        .args([
+            "batch",
+            "echo.md",
+            "--inputs",
+            "inputs.jsonl",
+            "--model",
+            "openai:echo",
+            "--when",
+            "2026-12-01T00:00:00Z",
+        ])
+        .args(extra)
+        .env("OPENAI_BASE_URL", format!("{}/v1", server.base()))
+        .env("OPENAI_API_KEY", "k")
+        .output()
+        .unwrap();
+    (
+        output.status.code(),
+        String::from_utf8_lossy(&output.stderr).into_owned(),
+    )
+}
+
+/// The result lines of a file, `ms` (the wall time) left out.
+fn results(path: &Path) -> Vec<Value> {
+    std::fs::read_to_string(path)
+        .unwrap()
+        .lines()
+        .map(|line| {
+            let mut v: Value = serde_json::from_str(line).unwrap();
+            v.as_object_mut().unwrap().remove("ms");
+            v
+        })
+        .collect()
+}
+
+fn hundred_inputs() -> String {
+    (0..100)
+        .map(|k| {
+            if k == 5 {
+                // Completes, but not as expected.
+                format!(
+                    "{}\n",
+                    json!({"args": format!("n{k}"), "expect": "something else"})
+                )
+            } else {
+                format!(
+                    "{}\n",
+                    json!({"args": format!("n{k}"), "contains": format!("say n{k}")})
+                )
+            }
+        })
+        .collect()
+}
+
+#[test]
+fn a_batch_runs_at_the_limit_and_its_shards_merge_to_the_same_results() {
+    let (server, counts) = server();
+    let dir = setup(&hundred_inputs());
+    let (code, stderr) = batch(dir.path(), &server, &["--out", "all.jsonl"]);
+    assert_eq!(code, Some(1), "one expectation fails:\n{stderr}");
+    assert_eq!(counts.requests.load(Ordering::SeqCst), 100);
+    assert_eq!(
+        counts.peak.load(Ordering::SeqCst),
+        8,
+        "the server should see the concurrency limit's worth of rounds in flight"
+    );
+    for want in [
+        "runs      100 (100 inputs × 1 repeat)",
+        "passed    99",
+        "failed    1",
+        "errored   0",
+        "tokens    1,000 in / 500 out over 100 rounds",
+    ] {
+        assert!(stderr.contains(want), "missing {want:?} in:\n{stderr}");
+    }
+    let all = results(&dir.path().join("all.jsonl"));
+    assert_eq!(all.len(), 100);
+    for (k, result) in all.iter().enumerate() {
+        assert_eq!(result["index"], k as u64);
+        assert_eq!(result["line"], k as u64 + 1);
+        let want = if k == 5 { "failed" } else { "passed" };
+        assert_eq!(result["status"], want, "{result}");
+        assert_eq!(
+            result["outcome"]["result"],
+            format!("echo: say n{k}"),
+            "{result}"
+        );
+    }
+    assert_eq!(
+        all[5]["failures"],
+        json!(["expect: the result is not \"something else\""])
+    );
+
+    // Three slices, merged, are the same results.
+    for i in 0..3 {
+        let shard = format!("{i}/3");
+        let out = format!("part-{i}.jsonl");
+        let (code, stderr) = batch(dir.path(), &server, &["--shard", &shard, "--out", &out]);
+        assert!(code == Some(0) || code == Some(1), "{stderr}");
+        let part = results(&dir.path().join(&out));
+        assert!(
+            part.iter().all(|r| r["index"].as_u64().unwrap() % 3 == i),
+            "slice {i} ran another slice's input"
+        );
+    }
+    let merged = promptforge(dir.path())
+        .args([
+            "merge",
+            "part-2.jsonl",
+            "part-0.jsonl",
+            "part-1.jsonl",
+            "--out",
+            "merged.jsonl",
+        ])
+        .output()
+        .unwrap();
+    let merge_err = String::from_utf8_lossy(&merged.stderr);
+    assert_eq!(merged.status.code(), Some(1), "{merge_err}");
+    assert!(merge_err.contains("passed    99"), "{merge_err}");
+    assert_eq!(results(&dir.path().join("merged.jsonl")), all);
+
+    // A resumed batch with nothing left to do sends nothing and keeps the file.
+    let before = counts.requests.load(Ordering::SeqCst);
+    let (code, stderr) = batch(dir.path(), &server, &["--out", "all.jsonl", "--resume"]);
+    assert_eq!(code, Some(1), "{stderr}");
+    assert_eq!(counts.requests.load(Ordering::SeqCst), before);
+    assert_eq!(results(&dir.path().join("all.jsonl")), all);
+}
+
+#[test]
+fn retry_errors_reruns_only_infrastructure_failures_and_resume_finishes_the_rest() {
+    let (server, counts) = server();
+    let dir = setup(
+        "{\"args\":\"fine\",\"contains\":\"fine\"}\n\n{\"args\":\"flaky\",\"contains\":\"flaky\"}\n{\"args\":\"wrong\",\"expect\":\"no\"}\n",
+    );
+    let (code, stderr) = batch(dir.path(), &server, &["--out", "r.jsonl"]);
+    assert_eq!(code, Some(1), "{stderr}");
+    let first = results(&dir.path().join("r.jsonl"));
+    assert_eq!(first.len(), 3);
+    assert_eq!(
+        first[1]["line"], 3,
+        "blank lines are skipped, lines still count"
+    );
+    assert_eq!(first[1]["status"], "errored");
+    assert_eq!(first[1]["infrastructure"], true);
+    assert_eq!(first[1]["outcome"]["error"]["kind"], "Completion");
+    assert_eq!(first[2]["status"], "failed");
+    assert!(first[2].get("infrastructure").is_none());
+
+    let before = counts.requests.load(Ordering::SeqCst);
+    let (code, stderr) = batch(dir.path(), &server, &["--out", "r.jsonl", "--retry-errors"]);
+    assert_eq!(
+        counts.requests.load(Ordering::SeqCst),
+        before + 1,
+        "only the infrastructure failure runs again"
+    );
+    assert_eq!(code, Some(1), "the expectation failure stays:\n{stderr}");
+    let second = results(&dir.path().join("r.jsonl"));
+    assert_eq!(second.len(), 3);
+    assert_eq!(second[0], first[0]);
+    assert_eq!(second[1]["status"], "passed");
+    assert_eq!(second[2], first[2]);
+
+    // Resume: a longer inputs file runs only its new line.
+    std::fs::write(
+        dir.path().join("inputs.jsonl"),
+        "{\"args\":\"fine\",\"contains\":\"fine\"}\n\n{\"args\":\"flaky\",\"contains\":\"flaky\"}\n{\"args\":\"wrong\",\"expect\":\"no\"}\n{\"args\":\"new\"}\n",
+    )
+    .unwrap();
+    let before = counts.requests.load(Ordering::SeqCst);
+    let (_, stderr) = batch(dir.path(), &server, &["--out", "r.jsonl", "--resume"]);
+    assert_eq!(
+        counts.requests.load(Ordering::SeqCst),
+        before + 1,
+        "{stderr}"
+    );
+    let third = results(&dir.path().join("r.jsonl"));
+    assert_eq!(third.len(), 4);
+    assert_eq!(third[3]["index"], 3);
+    assert_eq!(third[3]["status"], "passed");
+}
+
+#[test]
+fn repeats_are_independent_samples_with_a_pass_rate() {
+    let dir = tempfile::tempdir().unwrap();
+    // The result depends on the seed: about half the samples pass.
+    std::fs::write(
+        dir.path().join("coin.md"),
+        "---\nname: coin\ndescription: Flips a coin\npromptforge: 0\n---\n\n# Coin\n\n## Flip\n\n```lua\nreturn math.random(2) == 1 and 'heads' or 'tails'\n```\n",
+    )
+    .unwrap();
+    std::fs::write(
+        dir.path().join("inputs.jsonl"),
+        "{\"expect\":\"heads\"}\n{\"expect\":\"heads\",\"seed\":5}\n",
+    )
+    .unwrap();
+    let run = |extra: &[&str]| {
+        let output = promptforge(dir.path())
+            .args([
+                "batch",
+                "coin.md",
+                "--inputs",
+                "inputs.jsonl",
+                "--repeat",
+                "20",
+            ])
+            .args(extra)
+            .output()
+            .unwrap();
+        (
+            output.status.code(),
+            String::from_utf8_lossy(&output.stdout).into_owned(),
+            String::from_utf8_lossy(&output.stderr).into_owned(),
+        )
+    };
+    let (code, stdout, stderr) = run(&[]);
+    assert_eq!(code, Some(1), "not every sample lands heads:\n{stderr}");
+    let lines: Vec<Value> = stdout
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines.len(), 40);
+    let seeds: std::collections::BTreeSet<u64> =
+        lines.iter().map(|l| l["seed"].as_u64().unwrap()).collect();
+    assert_eq!(seeds.len(), 40, "every sample has its own seed");
+    assert_eq!(lines[20]["seed"], 5, "a line's seed is its first sample's");
+    let heads = lines.iter().filter(|l| l["status"] == "passed").count();
+    assert!((5..=35).contains(&heads), "{heads} heads of 40");
+    assert!(stderr.contains("input 0 (line 1): "), "{stderr}");
+    assert!(stderr.contains("passed all their runs"), "{stderr}");
+    // The same batch again is the same samples.
+    let (_, again, _) = run(&[]);
+    let strip = |text: &str| -> Vec<Value> {
+        text.lines()
+            .map(|l| {
+                let mut v: Value = serde_json::from_str(l).unwrap();
+                v.as_object_mut().unwrap().remove("ms");
+                v
+            })
+            .collect()
+    };
+    assert_eq!(strip(&again), strip(&stdout));
+    // A threshold no input can miss passes.
+    let (code, _, stderr) = run(&["--pass-rate", "0"]);
+    assert_eq!(code, Some(0), "{stderr}");
+}
