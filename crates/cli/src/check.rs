@@ -51,6 +51,9 @@ struct FileReport {
     ok: bool,
     #[serde(skip_serializing_if = "Option::is_none")]
     summary: Option<Summary>,
+    /// What the prompt takes (what `describe` prints).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    describe: Option<crate::describe::Description>,
     problems: Vec<Problem>,
 }
 
@@ -84,6 +87,7 @@ fn check_file(path: &Path) -> FileReport {
                 file,
                 ok: false,
                 summary: None,
+                describe: None,
                 problems: vec![Problem {
                     kind: "Io".into(),
                     message,
@@ -124,6 +128,7 @@ fn check_file(path: &Path) -> FileReport {
         file,
         ok: problems.is_empty(),
         summary: parsed.as_ref().ok().map(summarize),
+        describe: parsed.as_ref().ok().map(crate::describe::Description::of),
         problems,
     }
 }
@@ -178,6 +183,9 @@ pub fn check(args: &CheckArgs) -> ExitCode {
                     list(&s.slots),
                     list(&s.plugins),
                 );
+                if let Some(description) = &report.describe {
+                    println!("{}", description.text("    "));
+                }
             }
         }
     }

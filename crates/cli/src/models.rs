@@ -3,7 +3,7 @@
 use std::process::ExitCode;
 
 use clap::Args;
-use promptforge_harness::model::{Catalog, Environment, KeyStatus};
+use promptforge_harness::model::{Catalog, ConfigSources, Environment, KeyStatus};
 
 #[derive(Debug, Args)]
 pub struct ModelsArgs {
@@ -28,6 +28,20 @@ pub fn models(args: &ModelsArgs) -> ExitCode {
         }
     };
     let listed = catalog.list(&Environment::Process);
+    let quick = Catalog::quick_kinds(&Environment::Process);
+    let looked = ConfigSources::standard(&cwd, &Environment::Process)
+        .map(|s| {
+            [s.user, s.project]
+                .into_iter()
+                .flatten()
+                .collect::<Vec<_>>()
+        })
+        .unwrap_or_default();
+    let key_text = |key: &KeyStatus| match key {
+        KeyStatus::NotNeeded => "no key needed".to_owned(),
+        KeyStatus::Set { env } => format!("key from ${env}"),
+        KeyStatus::Missing { env } => format!("set ${env} to use it"),
+    };
     if args.json {
         let rows: Vec<serde_json::Value> = listed
             .iter()
@@ -39,13 +53,20 @@ pub fn models(args: &ModelsArgs) -> ExitCode {
                     "context": m.description.context,
                     "thinking": m.description.thinking.to_string(),
                     "description": m.description.description,
+                    "price": m.description.price,
                     "default": m.is_default,
                     "source": m.source.as_ref().map(|p| p.display().to_string()),
                     "problem": m.problem,
                 })
             })
             .collect();
-        match serde_json::to_string_pretty(&rows) {
+        let report = serde_json::json!({
+            "models": rows,
+            "config_files_read": catalog.files_read(),
+            "config_files_looked_for": looked,
+            "quick_ids": quick,
+        });
+        match serde_json::to_string_pretty(&report) {
             Ok(text) => println!("{text}"),
             Err(e) => {
                 eprintln!("error: {e}");
@@ -59,23 +80,22 @@ pub fn models(args: &ModelsArgs) -> ExitCode {
             "no models configured; add [models.\"ID\"] entries to ./promptforge.toml or the user \
              config file, or pass a quick id such as --model openai:gpt-4.1 (see docs/models.md)"
         );
-        return ExitCode::SUCCESS;
     }
     for m in &listed {
         let d = &m.description;
-        let key = match &m.key {
-            KeyStatus::NotNeeded => "no key needed".to_owned(),
-            KeyStatus::Set { env } => format!("key from ${env}"),
-            KeyStatus::Missing { env } => format!("set ${env} to use it"),
-        };
+        let price = d
+            .price
+            .map(|p| format!("  ${} / ${} per Mtok in/out", p.input, p.output))
+            .unwrap_or_default();
         println!(
-            "{}{}  {:?} {}  context {}  thinking {}  ({key}){}",
+            "{}{}  {:?} {}  context {}  thinking {}{price}  ({}){}",
             d.id,
             if m.is_default { " (default)" } else { "" },
             d.provider,
             d.model,
             d.context,
             d.thinking,
+            key_text(&m.key),
             m.problem
                 .as_ref()
                 .map(|p| format!("\n    problem: {p}"))
@@ -83,6 +103,36 @@ pub fn models(args: &ModelsArgs) -> ExitCode {
         );
         if !d.description.is_empty() {
             println!("    {}", d.description);
+        }
+    }
+    println!();
+    println!("quick ids (--model KIND:NAME, no config entry needed):");
+    for q in &quick {
+        let url = q.base_url.as_deref().unwrap_or("no URL");
+        println!(
+            "  {}:NAME  {url} ({})  {}",
+            q.kind.as_str(),
+            q.origin,
+            key_text(&q.key)
+        );
+    }
+    println!();
+    if catalog.files_read().is_empty() {
+        println!("config files read: none");
+    } else {
+        println!("config files read:");
+        for file in catalog.files_read() {
+            println!("  {}", file.display());
+        }
+    }
+    let missing: Vec<_> = looked
+        .iter()
+        .filter(|p| !catalog.files_read().contains(p))
+        .collect();
+    if !missing.is_empty() {
+        println!("looked for, not found:");
+        for file in missing {
+            println!("  {}", file.display());
         }
     }
     ExitCode::SUCCESS

@@ -542,6 +542,7 @@ fn execute(
     let holds_files =
         || std::fs::read_dir(&dir.path).is_ok_and(|mut entries| entries.next().is_some());
     let mut keep = args.keep_store || (matches!(outcome, Outcome::Failed(_)) && holds_files());
+    let mut told_path = false;
     if let (Some(decl), Some(file)) = (&output, &args.output_file) {
         if let Err(e) = collect_output_file(host.store(), &decl.path, file) {
             crate::ui::print_line(&format!(
@@ -556,6 +557,7 @@ fn execute(
         });
         if matches!(present, Ok(StoreAnswer::Bool(true))) {
             keep = true;
+            told_path = true;
             crate::ui::print_line(&format!(
                 "output file `{}` is in the store at {} (pass --output-file PATH to copy it out)",
                 decl.path,
@@ -567,7 +569,7 @@ fn execute(
     drop(host);
     if dir.fresh {
         if keep {
-            if !args.events {
+            if !args.events && !told_path {
                 crate::ui::print_line(&format!("store kept at {}", dir.path.display()));
             }
         } else {

@@ -261,6 +261,53 @@ fn standard_sources_use_xdg_config_home_and_the_working_directory() {
 }
 
 #[test]
+fn the_project_file_is_found_in_the_nearest_parent_that_has_one() {
+    let root = tempfile::tempdir().unwrap();
+    let nested = root.path().join("prompts").join("drafts");
+    std::fs::create_dir_all(&nested).unwrap();
+    std::fs::write(root.path().join("promptforge.toml"), "default = \"x\"\n").unwrap();
+    let sources = ConfigSources::standard(&nested, &env(&[])).unwrap();
+    assert_eq!(sources.project, Some(root.path().join("promptforge.toml")));
+    // A nearer file wins.
+    std::fs::write(nested.join("promptforge.toml"), "").unwrap();
+    let sources = ConfigSources::standard(&nested, &env(&[])).unwrap();
+    assert_eq!(sources.project, Some(nested.join("promptforge.toml")));
+}
+
+#[test]
+fn quick_kinds_say_where_their_url_and_key_come_from() {
+    let kinds = Catalog::quick_kinds(&env(&[("OPENAI_API_KEY", "k")]));
+    assert_eq!(kinds.len(), 6);
+    let openai = &kinds[0];
+    assert_eq!(
+        openai.base_url.as_deref(),
+        Some("https://api.openai.com/v1")
+    );
+    assert_eq!(
+        openai.key,
+        KeyStatus::Set {
+            env: "OPENAI_API_KEY".into()
+        }
+    );
+    let anthropic = &kinds[1];
+    assert_eq!(
+        anthropic.key,
+        KeyStatus::Missing {
+            env: "ANTHROPIC_API_KEY".into()
+        }
+    );
+    let ollama = &kinds[2];
+    assert_eq!(ollama.key, KeyStatus::NotNeeded);
+    let gateway = &kinds[5];
+    assert_eq!(gateway.base_url, None, "the gateway needs its URL set");
+    assert!(
+        gateway.origin.contains("PROMPTFORGE_GATEWAY_URL"),
+        "{}",
+        gateway.origin
+    );
+}
+
+#[test]
 fn bad_files_and_entries_are_clear_errors() {
     let parse = |text: &str| {
         Catalog::empty()

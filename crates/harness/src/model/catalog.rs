@@ -7,7 +7,8 @@
 //!      set to an absolute path, otherwise `promptforge/config.toml` under the platform config
 //!      directory (`~/.config` on Linux, `~/Library/Application Support` on macOS,
 //!      `%APPDATA%` on Windows);
-//!    - the project file: `promptforge.toml` in the working directory.
+//!    - the project file: `promptforge.toml` in the working directory, or else in the nearest
+//!      parent directory that has one (so a command run in a subfolder finds the project's).
 //!
 //!    A missing file is skipped; a file that exists but cannot be read or parsed is an error.
 //!    Entries merge **by id, whole entry**: a project entry replaces the user entry with the same
@@ -300,7 +301,8 @@ pub struct ConfigSources {
 
 impl ConfigSources {
     /// The standard locations: the user file under `$XDG_CONFIG_HOME` (absolute) or the
-    /// platform config directory, and `promptforge.toml` in `working_dir`.
+    /// platform config directory, and `promptforge.toml` in `working_dir` or else in its
+    /// nearest ancestor that has one (`working_dir/promptforge.toml` when none has).
     pub fn standard(working_dir: &Path, env: &Environment) -> Result<Self, CatalogError> {
         let xdg = env
             .get("XDG_CONFIG_HOME")?
@@ -309,7 +311,13 @@ impl ConfigSources {
         let user_dir = xdg.or_else(dirs::config_dir);
         Ok(Self {
             user: user_dir.map(|d| d.join("promptforge").join("config.toml")),
-            project: Some(working_dir.join("promptforge.toml")),
+            project: Some(
+                working_dir
+                    .ancestors()
+                    .map(|dir| dir.join("promptforge.toml"))
+                    .find(|file| file.is_file())
+                    .unwrap_or_else(|| working_dir.join("promptforge.toml")),
+            ),
         })
     }
 }
@@ -345,6 +353,19 @@ pub struct ListedModel {
     pub key: KeyStatus,
     /// Why it cannot be used as configured, if so.
     pub problem: Option<String>,
+}
+
+/// One quick-id kind, for `promptforge models`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct QuickKind {
+    /// The kind: `KIND:NAME` ids use it.
+    pub kind: ProviderKind,
+    /// The base URL a quick id of this kind uses, if it can be worked out.
+    pub base_url: Option<String>,
+    /// Where the base URL comes from, or why there is none.
+    pub origin: String,
+    /// The key variable's status.
+    pub key: KeyStatus,
 }
 
 /// A model ready to run rounds: its description and a provider bound to it.
@@ -565,6 +586,60 @@ impl Catalog {
             "searxng" => SearchBackend::Searxng { url, key },
             _ => SearchBackend::Gateway { url, key },
         }))
+    }
+
+    /// The config files this catalog was read from, in reading order (the user file, then
+    /// the project file; a file that does not exist is not listed).
+    pub fn files_read(&self) -> &[PathBuf] {
+        &self.searched
+    }
+
+    /// Every quick-id kind (`KIND:NAME` works with no config entry), with the base URL it
+    /// would use and where that comes from, and its key variable's status.
+    pub fn quick_kinds(env: &Environment) -> Vec<QuickKind> {
+        [
+            ProviderKind::OpenAi,
+            ProviderKind::Anthropic,
+            ProviderKind::Ollama,
+            ProviderKind::Vllm,
+            ProviderKind::LlamaCpp,
+            ProviderKind::Gateway,
+        ]
+        .into_iter()
+        .map(|kind| {
+            let (base_url, origin) = match kind_base_url(kind, env) {
+                Ok((url, origin)) => (Some(url), origin),
+                Err(err) => (None, err.to_string()),
+            };
+            let key = match kind_key_env(kind) {
+                None => KeyStatus::NotNeeded,
+                Some(var) => match env.get(var) {
+                    Ok(Some(_)) => KeyStatus::Set {
+                        env: var.to_owned(),
+                    },
+                    _ => {
+                        let loopback = base_url
+                            .as_deref()
+                            .and_then(|u| parse_base_url(u).ok())
+                            .is_some_and(|u| is_loopback(&u));
+                        if loopback {
+                            KeyStatus::NotNeeded
+                        } else {
+                            KeyStatus::Missing {
+                                env: var.to_owned(),
+                            }
+                        }
+                    }
+                },
+            };
+            QuickKind {
+                kind,
+                base_url,
+                origin,
+                key,
+            }
+        })
+        .collect()
     }
 
     /// The config's `default` model id, if one is set.

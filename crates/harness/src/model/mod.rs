@@ -33,7 +33,7 @@ mod types;
 pub use anthropic::{ANTHROPIC_VERSION, AnthropicOptions, AnthropicProvider};
 pub use catalog::{
     Catalog, CatalogError, ConfigSources, Environment, KeyStatus, ListedModel, ModelEntry,
-    ResolvedModel, ThinkingParam,
+    QuickKind, ResolvedModel, ThinkingParam,
 };
 pub use error::{ModelError, OversizeKind, classify_http_failure, is_context_overflow_text};
 pub use openai::{MaxTokensField, OpenAiOptions, OpenAiProvider, OpenAiThinking};
