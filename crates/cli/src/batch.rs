@@ -591,7 +591,10 @@ fn batch_inner(args: &BatchArgs, ui: Ui) -> Result<ExitCode, String> {
     }));
 
     let bar = if ui.progress {
-        let bar = ProgressBar::with_draw_target(Some(planned), ProgressDrawTarget::stderr());
+        let bar = crate::ui::screen_bar(ProgressBar::with_draw_target(
+            Some(planned),
+            ProgressDrawTarget::hidden(),
+        ));
         if let Ok(style) =
             ProgressStyle::with_template("{elapsed:>4} [{wide_bar}] {pos}/{len} {msg}")
         {

@@ -32,6 +32,14 @@ pub(crate) fn print_line(text: &str) {
     }
 }
 
+/// Draw `bar` on stderr as the display `-v` logs and notes print above (a batch's bar).
+pub(crate) fn screen_bar(bar: ProgressBar) -> ProgressBar {
+    let multi = MultiProgress::with_draw_target(ProgressDrawTarget::stderr());
+    let bar = multi.add(bar);
+    let _ = SCREEN.set(multi);
+    bar
+}
+
 /// tracing's writer: each log line goes out through [`print_line`]'s route, so `-v` logs and
 /// the progress display never tear each other.
 #[derive(Debug, Default)]
