@@ -25,6 +25,7 @@ use serde_json::{Value as Json, json};
 use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender, unbounded_channel};
 use tokio::task::AbortHandle;
 
+use crate::record::{Check, Divergence, Recorder, Replay};
 use crate::ui::{Progress, RoundLine};
 
 /// Held while a store operation runs: the cancel watchdog takes it before it ends the process,
@@ -137,6 +138,10 @@ pub struct Host {
     diagnosis: SharedDiagnosis,
     /// Operator questions on the terminal not yet answered.
     asking: std::collections::BTreeSet<EffectId>,
+    /// Writes the run down as it goes (`--record`).
+    recorder: Option<Recorder>,
+    /// Answers the run from a record (`replay`).
+    replay: Option<Replay>,
 }
 
 /// The tokio runtime a Host drives its effects on: its own, or one shared by many runs (a
@@ -289,6 +294,8 @@ impl Host {
             round_slots: None,
             diagnosis: Arc::default(),
             asking: Default::default(),
+            recorder: None,
+            replay: None,
         })
     }
 
@@ -309,6 +316,29 @@ impl Host {
     pub fn shared_runtime(mut self, handle: tokio::runtime::Handle) -> Self {
         self.runtime = HostRuntime::Shared(handle);
         self
+    }
+
+    /// Write the run down as it goes.
+    pub fn recorder(mut self, recorder: Recorder) -> Self {
+        self.recorder = Some(recorder);
+        self
+    }
+
+    /// Take the recorder back (to write the outcome).
+    pub fn take_recorder(&mut self) -> Option<Recorder> {
+        self.recorder.take()
+    }
+
+    /// Answer the run from a record instead of performing its effects (until a divergence,
+    /// and after it too with `--then-live`).
+    pub fn replay(mut self, replay: Replay) -> Self {
+        self.replay = Some(replay);
+        self
+    }
+
+    /// Where the replay diverged from its record, if it did.
+    pub fn divergence(&self) -> Option<&Divergence> {
+        self.replay.as_ref().and_then(|r| r.divergence.as_ref())
     }
 
     /// Share a limit on model rounds in flight with other runs (a batch).
@@ -343,9 +373,26 @@ impl Host {
     /// Drive a run to its end, handing every event to `on_event` as it happens.
     pub fn drive(&mut self, run: &mut Run, on_event: &mut dyn FnMut(&Event)) -> Outcome {
         let mut in_flight: BTreeMap<EffectId, AbortHandle> = BTreeMap::new();
+        // Steps taken so far: a record marks each answer with it, and a replay hands each
+        // answer back before the same step.
+        let mut steps: u64 = 0;
         loop {
+            if let Some(replay) = &mut self.replay {
+                let answers = replay.answers_before(steps);
+                let cancel = replay.cancel_before(steps);
+                for (id, answer) in answers {
+                    run.resume(id, answer);
+                }
+                if cancel {
+                    run.cancel();
+                }
+            }
             let step = run.step();
+            steps += 1;
             for event in run.take_events() {
+                if let Some(recorder) = &mut self.recorder {
+                    recorder.event(&event);
+                }
                 self.progress.event(&event);
                 on_event(&event);
             }
@@ -363,6 +410,9 @@ impl Host {
                 if let Some(handle) = in_flight.remove(id) {
                     handle.abort();
                 }
+                if let Some(recorder) = &mut self.recorder {
+                    recorder.withdrawn(*id);
+                }
                 self.progress.round_finished(*id, None);
             }
             if self.terminal.is_some() && !batch.withdrawn.is_empty() {
@@ -370,12 +420,37 @@ impl Host {
                 withdrawn.extend(batch.withdrawn.iter().copied());
             }
             let mut answered = false;
+            let mut stopped = false;
             for (id, effect) in batch.issued {
+                if let Some(recorder) = &mut self.recorder {
+                    recorder.issued(id, &effect);
+                }
+                if let Some(replay) = &mut self.replay {
+                    match replay.check(id, &effect, run.effect_site(id)) {
+                        Check::FromRecord => {
+                            // The store's state is rebuilt as the run goes, so a replay that
+                            // turns live after a divergence finds the files it made.
+                            if let Effect::Store(op) = &effect {
+                                let _ = self.store.perform(op);
+                            }
+                            continue;
+                        }
+                        Check::Live => {}
+                        Check::Stop => {
+                            run.cancel();
+                            stopped = true;
+                            break;
+                        }
+                    }
+                }
                 let task = matches!(effect, Effect::ModelRound(_))
                     .then(|| run.effect_task(id))
                     .flatten();
                 match self.start(id, effect, task) {
                     Started::Now(answer) => {
+                        if let Some(recorder) = &mut self.recorder {
+                            recorder.answered(id, &answer, steps);
+                        }
                         run.resume(id, answer);
                         answered = true;
                     }
@@ -385,8 +460,28 @@ impl Host {
                     Started::Later => {}
                 }
             }
-            if answered {
+            if answered || stopped {
                 continue;
+            }
+            if let Some(replay) = &mut self.replay
+                && (!replay.live || replay.owes_answers())
+            {
+                if replay.has_more() {
+                    continue;
+                }
+                if !replay.live {
+                    // The record ends here, but the run still waits for an answer.
+                    replay.divergence = Some(Divergence {
+                        effect: steps,
+                        section: None,
+                        line: None,
+                        recorded: None,
+                        new: None,
+                        what: "the run waits for an answer the record does not have".to_owned(),
+                    });
+                    run.cancel();
+                    continue;
+                }
             }
             // Wait for the next answer (or a Ctrl-C), then take every one that has arrived.
             // The runtime's tasks (rounds, timers, tool calls) make progress while it waits.
@@ -403,6 +498,9 @@ impl Host {
                             self.progress.pause(false);
                         }
                         self.progress.round_finished(id, None);
+                        if let Some(recorder) = &mut self.recorder {
+                            recorder.answered(id, &answer, steps);
+                        }
                         run.resume(id, answer);
                     }
                     HostMessage::Replied(id, usage) => {
@@ -413,6 +511,9 @@ impl Host {
                 message = self.rx.try_recv().ok();
             }
             if self.cancel.load(Ordering::Relaxed) {
+                if let Some(recorder) = &mut self.recorder {
+                    recorder.cancelled(steps);
+                }
                 run.cancel();
             }
         }

@@ -10,6 +10,8 @@ mod check;
 mod describe;
 mod host;
 mod models;
+mod record;
+mod replay;
 mod run;
 mod source;
 mod ui;
@@ -45,6 +47,9 @@ enum Command {
     Batch(Box<batch::BatchArgs>),
     /// Join the result files of sharded batches (`batch --shard I/N`) into one, in input order.
     Merge(batch::MergeArgs),
+    /// Run a recorded prompt again from its record (`run --record FILE`), answering every
+    /// effect from it, and report where an edited prompt diverges.
+    Replay(Box<replay::ReplayArgs>),
     /// Show what a prompt takes: its args, model roles, tool slots, Plugins and files.
     Describe(describe::DescribeArgs),
     /// List the model catalog (promptforge.toml, the user config file, and quick ids).
@@ -88,6 +93,7 @@ fn main() -> ExitCode {
         Command::Run(args) => run::run(&args, ui),
         Command::Batch(args) => batch::batch(&args, ui),
         Command::Merge(args) => batch::merge(&args),
+        Command::Replay(args) => replay::replay(&args, ui),
         Command::Describe(args) => describe::describe(&args),
         Command::Models(args) => models::models(&args),
         Command::Completions { shell } => {

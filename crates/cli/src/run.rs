@@ -94,6 +94,10 @@ pub struct RunArgs {
     #[arg(long, value_name = "N", default_value_t = promptforge_engine::run::DEFAULT_CONCURRENCY,
           value_parser = clap::value_parser!(u32).range(1..))]
     concurrency: u32,
+    /// Write the run down as JSON lines (its context, every effect with its answer, the
+    /// events and the outcome) for `promptforge replay`.
+    #[arg(long, value_name = "FILE")]
+    record: Option<PathBuf>,
 }
 
 impl RunArgs {
@@ -420,6 +424,28 @@ pub(crate) fn open_store(store: Option<&std::path::Path>) -> Result<(Store, Stor
     Ok((store, dir))
 }
 
+/// A record's header for this run.
+fn record_header(args: &RunArgs, text: &str, ctx: &RunContext) -> crate::record::Header {
+    crate::record::Header {
+        record: "promptforge-run".to_owned(),
+        version: crate::record::RECORD_VERSION,
+        tool: concat!("promptforge ", env!("CARGO_PKG_VERSION")).to_owned(),
+        prompt: crate::record::PromptId {
+            path: args.prompt_path().to_path_buf(),
+            sha256: crate::record::sha256_hex(text),
+        },
+        seed: ctx.seed,
+        when: chrono::DateTime::from_timestamp_millis(ctx.start_ms)
+            .map(|t| t.to_rfc3339_opts(chrono::SecondsFormat::Millis, true))
+            .unwrap_or_default(),
+        start_ms: ctx.start_ms,
+        args: ctx.args.clone(),
+        host: ctx.host.clone(),
+        concurrency: ctx.concurrency,
+        snapshot: ctx.snapshot.clone(),
+    }
+}
+
 /// What became of a run, for the report: its outcome and what the Host saw.
 struct Finished {
     outcome: Outcome,
@@ -446,11 +472,23 @@ fn execute(
         diagnosis: Diagnosis::default(),
         summary: None,
     };
-    let prompt = match Prompt::parse(text) {
-        Ok(prompt) => prompt,
-        Err(err) => return Ok(finished(Outcome::Failed(err.into()))),
+    let parsed = Prompt::parse(text);
+    ctx.args = match &parsed {
+        Ok(prompt) => argument_string(args, prompt)?,
+        Err(_) => args.run_args.clone().filter(|a| a != "-"),
     };
-    ctx.args = argument_string(args, &prompt)?;
+    let prompt = match parsed {
+        Ok(prompt) => prompt,
+        Err(err) => {
+            // A prompt that does not parse is a run too: its record holds the outcome.
+            let outcome = Outcome::Failed(err.into());
+            if let Some(path) = &args.record {
+                crate::record::Recorder::create(path, &record_header(args, text, &ctx))?
+                    .finish(&outcome)?;
+            }
+            return Ok(finished(outcome));
+        }
+    };
     let config = Config::default();
     let model = current_model(args.script.as_deref(), args.model.as_deref(), &config)?;
     // A store that fails as the run starts fails the run with `Vfs` (chapter 16).
@@ -528,9 +566,18 @@ fn execute(
     )?
     .notes(notes)
     .progress(ui.progress && !args.json && !args.events);
+    if let Some(path) = &args.record {
+        let header = record_header(args, text, &ctx);
+        host = host.recorder(crate::record::Recorder::create(path, &header)?);
+    }
     let mut run = Run::new(Arc::new(prompt), ctx);
     let (events, json) = (args.events, args.json);
     let outcome = host.drive(&mut run, &mut |event| show_event(event, events, json));
+    if let Some(recorder) = host.take_recorder()
+        && let Err(e) = recorder.finish(&outcome)
+    {
+        crate::ui::print_line(&format!("warning: {e}"));
+    }
     let summary = host.progress_state().drawn().then(|| {
         let price = model.as_ref().and_then(|m| m.description.price.as_ref());
         let id = model.as_ref().map(|m| m.description.id.as_str());

@@ -30,4 +30,4 @@ pub use events::{AbandonReason, Event, EventKind, Origin, TaskEnding};
 pub use outcome::{Outcome, RunError, RunErrorKind, first_step};
 pub use prepare::{HostState, ModelInfo, PluginInfo, ThinkingCapability, ToolInfo};
 pub use protocol::{Answer, Batch, Delivery, Effect, EffectId, ErrorValue, Step};
-pub use run::{Run, RunContext};
+pub use run::{EffectSite, Run, RunContext};

@@ -6,7 +6,7 @@ use std::collections::BTreeSet;
 use promptforge_syntax::frontmatter::{Frontmatter, Keyword};
 
 /// A model's thinking capability.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum ThinkingCapability {
     /// It never thinks.
     Never,
@@ -28,7 +28,7 @@ impl ThinkingCapability {
 }
 
 /// The Host's current model, which every declared role binds to.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct ModelInfo {
     /// The model id.
     pub id: String,
@@ -41,7 +41,7 @@ pub struct ModelInfo {
 }
 
 /// A Plugin the Harness provides.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct PluginInfo {
     /// The Plugin id, such as `promptforge/web`.
     pub id: String,
@@ -54,7 +54,7 @@ pub struct PluginInfo {
 }
 
 /// A tool a Plugin contributes to the run's catalog.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct ToolInfo {
     /// Its short name: `fetch` for `promptforge/web/fetch`.
     pub name: String,
@@ -80,7 +80,7 @@ impl ToolInfo {
 }
 
 /// What the Host provides to a run.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct HostState {
     /// The Harness's Plugin registry.
     pub plugins: Vec<PluginInfo>,

@@ -64,6 +64,20 @@ pub struct RunContext {
     /// The run's concurrency limit: the most tasks running at once (8 unless the Harness sets
     /// another; at least 1).
     pub concurrency: u32,
+    /// Keep where each effect was issued ([`Run::effect_site`]), for a Host that reports
+    /// against the prompt's lines (a replay's divergence). Off by default: it holds an entry
+    /// per effect for the whole run.
+    pub effect_sites: bool,
+}
+
+/// Where an effect was issued: the section, and the prompt line of the Lua code that made
+/// the call when a Lua block made it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EffectSite {
+    /// The section name.
+    pub section: String,
+    /// The prompt file line of the call (for a call from a block).
+    pub line: Option<u32>,
 }
 
 impl RunContext {
@@ -80,6 +94,7 @@ impl RunContext {
             cancel: Arc::new(AtomicBool::new(false)),
             round_cap: DEFAULT_ROUND_CAP,
             concurrency: DEFAULT_CONCURRENCY,
+            effect_sites: false,
         }
     }
 }
@@ -158,6 +173,8 @@ pub struct Run {
     pub(crate) tasks: Tasks,
     pub(crate) fanouts: BTreeMap<u64, Fanout>,
     next_fanout: u64,
+    /// Where each effect was issued, when the context asks (`effect_sites`).
+    pub(crate) sites: BTreeMap<EffectId, EffectSite>,
 }
 
 impl Run {
@@ -195,6 +212,7 @@ impl Run {
             tasks: Tasks::default(),
             fanouts: BTreeMap::new(),
             next_fanout: 0,
+            sites: BTreeMap::new(),
         }
     }
 
@@ -213,6 +231,11 @@ impl Run {
     pub fn effect_task(&self, id: EffectId) -> Option<String> {
         let strand = self.effects.strand_of(id)?;
         self.strands.get(&strand).map(|s| s.task.to_string())
+    }
+
+    /// Where an effect was issued (kept only when [`RunContext::effect_sites`] is on).
+    pub fn effect_site(&self, id: EffectId) -> Option<&EffectSite> {
+        self.sites.get(&id)
     }
 
     /// Answer an effect (in any order). Unknown, withdrawn or repeated ids are ignored.

@@ -387,6 +387,15 @@ impl Run {
                 BlockStep::Suspended(request) => match self.dispatch(s, &mut entry, &request) {
                     Ok(crate::dispatch::Dispatch::Effect(effect)) => {
                         let (id, work) = self.effects.issue(s.id, effect);
+                        if self.ctx.effect_sites {
+                            self.sites.insert(
+                                id,
+                                crate::run::EffectSite {
+                                    section: entry.name.clone(),
+                                    line: request.site.as_ref().map(|(_, line)| *line),
+                                },
+                            );
+                        }
                         entry.waiting = Some(Wait::Effect(id, work));
                         Self::park_entry(s, entry);
                         return Progress::Parked;

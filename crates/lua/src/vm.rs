@@ -243,6 +243,9 @@ pub struct Request {
     pub op: String,
     /// Its arguments.
     pub payload: Json,
+    /// Where the call was made: the region label and the prompt file line of the innermost
+    /// frame in one of the prompt's regions.
+    pub site: Option<(String, u32)>,
 }
 
 /// The first value a block returned, rendered by the scalar return rule.
@@ -329,6 +332,8 @@ enum Prose {
 #[derive(Debug)]
 struct Shared {
     prose: Prose,
+    /// Where the suspending call in progress was made (`host('site')` records it).
+    call_site: Option<(String, u32)>,
     args: String,
     log_events_left: u32,
     log_bytes_left: u64,
@@ -459,6 +464,7 @@ impl SectionVm {
             .map_err(|e| LuaFailure::internal(&e))?;
         let in_h1 = matches!(cfg.argv, ArgvMode::Writable(_));
         let shared = Rc::new(RefCell::new(Shared {
+            call_site: None,
             prose: Prose::Unset,
             args: cfg.args.clone(),
             log_events_left: cfg.log_events,
@@ -850,6 +856,11 @@ impl SectionVm {
                         record_error_site(lua, &s);
                         a.into_lua_multi(lua)
                     }
+                    "site" => {
+                        let site = call_site(lua, &s.borrow().region_labels);
+                        s.borrow_mut().call_site = site;
+                        Ok(MultiValue::new())
+                    }
                     "render_prose" => {
                         let template = {
                             let st = s.borrow();
@@ -979,7 +990,8 @@ impl SectionVm {
                     serde_json::to_value(composed).unwrap_or(Json::Null),
                 );
             }
-            return BlockStep::Suspended(Request { op, payload });
+            let site = self.shared.borrow_mut().call_site.take();
+            return BlockStep::Suspended(Request { op, payload, site });
         }
         self.current = None;
         self.shared.borrow_mut().prose = Prose::Unset;
@@ -1458,6 +1470,18 @@ fn list_from_section(
             reference.name
         ))),
     }
+}
+
+/// The innermost frame in one of the prompt's regions: its label and its current line.
+fn call_site(lua: &Lua, labels: &[String]) -> Option<(String, u32)> {
+    (1..=MAX_TRACEBACK_FRAMES).find_map(|level| {
+        lua.inspect_stack(level, |d| {
+            let source = d.source().source?.into_owned();
+            let line = u32::try_from(d.current_line()?).ok()?;
+            labels.contains(&source).then_some((source, line))
+        })
+        .flatten()
+    })
 }
 
 /// The message handler's work: record where the error was raised (the first frame in one of

@@ -345,6 +345,7 @@ local function suspend(op, payload, allowed_in_shared_load)
   if not yieldable() then
     error('attempt to yield from outside a coroutine', 0)
   end
+  host('site')
   local ok, value = yield(op, payload)
   suspends = suspends + 1
   if ok then return value end

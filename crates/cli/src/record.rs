@@ -1,0 +1,430 @@
+//! Runs written down and played back: `run --record FILE` and `promptforge replay FILE`.
+//!
+//! The engine is sans-IO, so a run is exactly its context, the effects it issued and the
+//! answers it was given. A record is JSON lines:
+//!
+//! 1. a header: the tool version, the prompt's path and SHA-256, the seed, the start instant,
+//!    the argument string, the Host state the run saw (its Plugins, the current model's
+//!    description, whether the operator was a person), the concurrency limit and the snapshot;
+//! 2. in the order they happened: each effect as issued (`{"effect": ID, "request": ...}`),
+//!    each answer as the Host handed it over (`{"answer": ID, "value": ..., "step": K}`, K
+//!    the number of steps the run had taken), each withdrawal, each event;
+//! 3. the outcome, last.
+//!
+//! Replaying hands every answer back at the step it was first handed over, by effect id, and
+//! checks each request against the recorded one, so concurrent arms and tasks replay exactly
+//! and no provider is asked. API keys, headers and environment values never reach a record:
+//! they live in the Harness's providers, never in an effect or an answer.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+
+use promptforge_engine::protocol::{Answer, Effect, EffectId};
+use promptforge_engine::{Event, HostState, Outcome};
+use serde::{Deserialize, Serialize};
+use serde_json::{Value as Json, json};
+
+/// The record format's version.
+pub(crate) const RECORD_VERSION: u32 = 1;
+
+/// The first line of a record.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub(crate) struct Header {
+    /// Always `promptforge-run`.
+    pub record: String,
+    pub version: u32,
+    /// `promptforge X.Y.Z`.
+    pub tool: String,
+    pub prompt: PromptId,
+    pub seed: u64,
+    /// The start instant, RFC 3339 with milliseconds, and as milliseconds since the epoch.
+    pub when: String,
+    pub start_ms: i64,
+    pub args: Option<String>,
+    /// What the Host provided: Plugins, the current model's description, the operator.
+    pub host: HostState,
+    pub concurrency: u32,
+    pub snapshot: Option<Json>,
+}
+
+/// The recorded prompt.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub(crate) struct PromptId {
+    pub path: PathBuf,
+    pub sha256: String,
+}
+
+/// The SHA-256 of a prompt's text, in hex.
+pub(crate) fn sha256_hex(text: &str) -> String {
+    use sha2::Digest;
+    let digest = sha2::Sha256::digest(text.as_bytes());
+    digest.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// Writes a record as the run goes.
+#[derive(Debug)]
+pub(crate) struct Recorder {
+    out: std::io::BufWriter<std::fs::File>,
+    path: PathBuf,
+    failed: Option<String>,
+}
+
+impl Recorder {
+    /// Create (or truncate) the record file and write its header.
+    pub(crate) fn create(path: &Path, header: &Header) -> Result<Recorder, String> {
+        let file =
+            std::fs::File::create(path).map_err(|e| format!("--record {}: {e}", path.display()))?;
+        let mut recorder = Recorder {
+            out: std::io::BufWriter::new(file),
+            path: path.to_path_buf(),
+            failed: None,
+        };
+        recorder.line(&serde_json::to_value(header).map_err(|e| e.to_string())?);
+        Ok(recorder)
+    }
+
+    fn line(&mut self, value: &Json) {
+        if self.failed.is_some() {
+            return;
+        }
+        if let Err(e) = writeln!(self.out, "{value}") {
+            self.failed = Some(format!(
+                "cannot write the record {}: {e}",
+                self.path.display()
+            ));
+        }
+    }
+
+    pub(crate) fn issued(&mut self, id: EffectId, effect: &Effect) {
+        let request = serde_json::to_value(effect).unwrap_or(Json::Null);
+        self.line(&json!({"effect": id, "request": request}));
+    }
+
+    pub(crate) fn answered(&mut self, id: EffectId, answer: &Answer, step: u64) {
+        let value = serde_json::to_value(answer).unwrap_or(Json::Null);
+        self.line(&json!({"answer": id, "value": value, "step": step}));
+    }
+
+    pub(crate) fn withdrawn(&mut self, id: EffectId) {
+        self.line(&json!({"withdrawn": id}));
+    }
+
+    pub(crate) fn cancelled(&mut self, step: u64) {
+        self.line(&json!({"cancel": step}));
+    }
+
+    pub(crate) fn event(&mut self, event: &Event) {
+        self.line(&json!({"event": crate::run::event_json(event)}));
+    }
+
+    /// Write the outcome and flush; a write that failed along the way is reported here.
+    pub(crate) fn finish(mut self, outcome: &Outcome) -> Result<(), String> {
+        let outcome = serde_json::to_value(crate::run::outcome_json(outcome)).unwrap_or(Json::Null);
+        self.line(&json!({"outcome": outcome}));
+        if let Some(failed) = self.failed.take() {
+            return Err(failed);
+        }
+        self.out
+            .flush()
+            .map_err(|e| format!("cannot write the record {}: {e}", self.path.display()))
+    }
+}
+
+/// A record read back.
+#[derive(Debug)]
+pub(crate) struct Record {
+    pub header: Header,
+    /// Each effect's recorded request, by id.
+    pub requests: BTreeMap<EffectId, Json>,
+    /// The answers, by the step count at which they were handed over, in record order.
+    pub answers: BTreeMap<u64, Vec<(EffectId, Answer)>>,
+    /// The step counts at which the run was cancelled.
+    pub cancels: Vec<u64>,
+    /// The events, as JSON.
+    pub events: Vec<Json>,
+    /// The outcome, as JSON.
+    pub outcome: Option<Json>,
+}
+
+impl Record {
+    pub(crate) fn load(path: &Path) -> Result<Record, String> {
+        let file = std::fs::File::open(path).map_err(|e| format!("{}: {e}", path.display()))?;
+        let mut lines = BufReader::new(file).lines().enumerate();
+        let bad = |n: usize, what: &str| format!("{}:{}: {what}", path.display(), n + 1);
+        let header: Header = match lines.next() {
+            Some((n, line)) => {
+                let line = line.map_err(|e| bad(n, &e.to_string()))?;
+                serde_json::from_str(&line)
+                    .map_err(|e| bad(n, &format!("not a PromptForge run record ({e})")))?
+            }
+            None => return Err(format!("{}: the file is empty", path.display())),
+        };
+        if header.record != "promptforge-run" || header.version != RECORD_VERSION {
+            return Err(format!(
+                "{}: a record of format {} version {}; this promptforge reads promptforge-run version {RECORD_VERSION}",
+                path.display(),
+                header.record,
+                header.version
+            ));
+        }
+        let mut record = Record {
+            header,
+            requests: BTreeMap::new(),
+            answers: BTreeMap::new(),
+            cancels: Vec::new(),
+            events: Vec::new(),
+            outcome: None,
+        };
+        for (n, line) in lines {
+            let line = line.map_err(|e| bad(n, &e.to_string()))?;
+            if line.trim().is_empty() {
+                continue;
+            }
+            let value: Json =
+                serde_json::from_str(&line).map_err(|e| bad(n, &format!("not JSON ({e})")))?;
+            let id = |key: &str| value.get(key).and_then(Json::as_u64);
+            if let (Some(id), Some(request)) = (id("effect"), value.get("request")) {
+                record.requests.insert(id, request.clone());
+            } else if let (Some(id), Some(answer), Some(step)) =
+                (id("answer"), value.get("value"), id("step"))
+            {
+                let answer: Answer = serde_json::from_value(answer.clone())
+                    .map_err(|e| bad(n, &format!("not an answer ({e})")))?;
+                record.answers.entry(step).or_default().push((id, answer));
+            } else if let Some(step) = id("cancel") {
+                record.cancels.push(step);
+            } else if let Some(event) = value.get("event") {
+                record.events.push(event.clone());
+            } else if let Some(outcome) = value.get("outcome") {
+                record.outcome = Some(outcome.clone());
+            } else if id("withdrawn").is_none() {
+                return Err(bad(n, "not a record line"));
+            }
+        }
+        Ok(record)
+    }
+}
+
+/// Where a replay stopped following its record.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Divergence {
+    pub effect: EffectId,
+    /// The section that issued it and the prompt line, when known.
+    pub section: Option<String>,
+    pub line: Option<u32>,
+    pub recorded: Option<Json>,
+    pub new: Option<Json>,
+    /// What happened, in words.
+    pub what: String,
+}
+
+impl Divergence {
+    /// The report: what diverged, where in the prompt, and a diff of the two requests.
+    pub(crate) fn report(&self, record: &Path, prompt: &Path) -> String {
+        let mut out = format!("replay diverged at effect {}: {}", self.effect, self.what);
+        match (&self.section, self.line) {
+            (Some(section), Some(line)) => out.push_str(&format!(
+                "\n  issued by section `{section}` at {}:{line}",
+                prompt.display()
+            )),
+            (Some(section), None) => out.push_str(&format!(
+                "\n  issued by section `{section}` of {}",
+                prompt.display()
+            )),
+            _ => {}
+        }
+        let pretty = |v: &Option<Json>| match v {
+            Some(v) => serde_json::to_string_pretty(v).unwrap_or_default() + "\n",
+            None => String::new(),
+        };
+        let (old, new) = (pretty(&self.recorded), pretty(&self.new));
+        if !old.is_empty() || !new.is_empty() {
+            let diff = similar::TextDiff::from_lines(&old, &new);
+            let old_name = format!("recorded request ({})", record.display());
+            let new_name = format!("this run's request ({})", prompt.display());
+            out.push('\n');
+            out.push_str(
+                &diff
+                    .unified_diff()
+                    .context_radius(3)
+                    .header(&old_name, &new_name)
+                    .to_string(),
+            );
+        }
+        out.trim_end().to_owned()
+    }
+}
+
+/// A replay in progress: the record's answers, handed over step by step.
+#[derive(Debug)]
+pub(crate) struct Replay {
+    requests: BTreeMap<EffectId, Json>,
+    answers: BTreeMap<u64, Vec<(EffectId, Answer)>>,
+    cancels: Vec<u64>,
+    /// Recorded answers for effects this run issued, waiting for their step (or, once live,
+    /// for the next step).
+    matched: BTreeMap<EffectId, ()>,
+    /// After a divergence with `--then-live`: effects are performed for real from here on.
+    pub live: bool,
+    then_live: bool,
+    /// The first divergence.
+    pub divergence: Option<Divergence>,
+}
+
+/// What to do with an issued effect.
+#[derive(Debug)]
+pub(crate) enum Check {
+    /// Answered from the record: do not perform it.
+    FromRecord,
+    /// Perform it for real (a live replay).
+    Live,
+    /// The replay stops here.
+    Stop,
+}
+
+impl Replay {
+    pub(crate) fn new(record: &Record, then_live: bool) -> Replay {
+        Replay {
+            requests: record.requests.clone(),
+            answers: record.answers.clone(),
+            cancels: record.cancels.clone(),
+            matched: BTreeMap::new(),
+            live: false,
+            then_live,
+            divergence: None,
+        }
+    }
+
+    /// Check an issued effect against the record.
+    pub(crate) fn check(
+        &mut self,
+        id: EffectId,
+        effect: &Effect,
+        site: Option<&promptforge_engine::EffectSite>,
+    ) -> Check {
+        if self.live {
+            return Check::Live;
+        }
+        let new = serde_json::to_value(effect).unwrap_or(Json::Null);
+        let recorded = self.requests.get(&id);
+        if recorded == Some(&new) {
+            self.matched.insert(id, ());
+            return Check::FromRecord;
+        }
+        let what = match recorded {
+            Some(_) => format!("the {} request differs from the recorded one", kind(effect)),
+            None => format!(
+                "the record has no effect {id} (this run issued a {})",
+                kind(effect)
+            ),
+        };
+        self.divergence = Some(Divergence {
+            effect: id,
+            section: site.map(|s| s.section.clone()),
+            line: site.and_then(|s| s.line),
+            recorded: recorded.cloned(),
+            new: Some(new),
+            what,
+        });
+        if self.then_live {
+            self.live = true;
+            Check::Live
+        } else {
+            Check::Stop
+        }
+    }
+
+    /// The recorded answers to hand over before the run's next step (`steps` taken so far):
+    /// those recorded at this step, or once live every answer still owed to a matched effect.
+    pub(crate) fn answers_before(&mut self, steps: u64) -> VecDeque<(EffectId, Answer)> {
+        let mut out = VecDeque::new();
+        if self.live {
+            let owed: Vec<u64> = self.answers.keys().copied().collect();
+            for step in owed {
+                if let Some(list) = self.answers.remove(&step) {
+                    for (id, answer) in list {
+                        if self.matched.remove(&id).is_some() {
+                            out.push_back((id, answer));
+                        }
+                    }
+                }
+            }
+            return out;
+        }
+        if let Some(list) = self.answers.remove(&steps) {
+            for (id, answer) in list {
+                self.matched.remove(&id);
+                out.push_back((id, answer));
+            }
+        }
+        out
+    }
+
+    /// Whether the record cancelled the run before this step.
+    pub(crate) fn cancel_before(&self, steps: u64) -> bool {
+        !self.live && self.cancels.contains(&steps)
+    }
+
+    /// Whether a live replay still owes recorded answers to effects it matched.
+    pub(crate) fn owes_answers(&self) -> bool {
+        !self.matched.is_empty() && !self.answers.is_empty()
+    }
+
+    /// Whether the record has answers still to hand over (at a later step).
+    pub(crate) fn has_more(&self) -> bool {
+        !self.answers.is_empty() || !self.cancels.is_empty()
+    }
+}
+
+fn kind(effect: &Effect) -> &'static str {
+    match effect {
+        Effect::ModelRound(_) => "model round",
+        Effect::Store(_) => "store call",
+        Effect::Timer { .. } => "timer",
+        Effect::Ask => "operator question",
+        Effect::Tool { .. } => "tool call",
+    }
+}
+
+/// Compare a replay's events and outcome with the record's: `None` when byte-identical, else
+/// the first difference.
+pub(crate) fn compare(record: &Record, events: &[Json], outcome: &Json) -> Option<String> {
+    let shown = |v: &Json| v.to_string();
+    for (n, recorded) in record.events.iter().enumerate() {
+        match events.get(n) {
+            Some(new) if shown(new) == shown(recorded) => {}
+            Some(new) => {
+                return Some(format!(
+                    "event {} differs:\n  recorded: {}\n  replayed: {}",
+                    n + 1,
+                    shown(recorded),
+                    shown(new)
+                ));
+            }
+            None => {
+                return Some(format!(
+                    "the replay ended after {} events; the record has {}",
+                    events.len(),
+                    record.events.len()
+                ));
+            }
+        }
+    }
+    if events.len() > record.events.len() {
+        return Some(format!(
+            "the replay has {} events; the record has {}",
+            events.len(),
+            record.events.len()
+        ));
+    }
+    match &record.outcome {
+        Some(recorded) if shown(recorded) == shown(outcome) => None,
+        Some(recorded) => Some(format!(
+            "the outcome differs:\n  recorded: {}\n  replayed: {}",
+            shown(recorded),
+            shown(outcome)
+        )),
+        None => Some("the record has no outcome (the recorded run never ended)".to_owned()),
+    }
+}

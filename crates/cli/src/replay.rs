@@ -1,0 +1,199 @@
+//! `promptforge replay FILE`: run a recorded prompt (or an edited one) again from its record.
+//!
+//! The run gets the recorded seed, start instant, argument string, Host state and concurrency
+//! limit; every effect is answered from the record by its id, at the step it was first
+//! answered, after its request is checked against the recorded one. An unchanged prompt ends
+//! with a byte-identical outcome and event stream and touches no network. At the first effect
+//! whose request differs (or that the record lacks) the replay stops with a report naming the
+//! effect, the section and prompt line that issued it, and a diff of the two requests; with
+//! `--then-live` it goes on from there against the real providers instead.
+//!
+//! Exit status: the replayed outcome's (0, 1, 130) when it matches the record; 3 when the
+//! replay diverged or its events differ; 2 for a usage error.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
+
+use clap::Args;
+use promptforge_engine::{Outcome, Run, RunContext};
+use promptforge_harness::store::Store;
+use promptforge_syntax::Prompt;
+use serde_json::Value as Json;
+
+use crate::host::{Host, Notes, Operator, channel};
+use crate::record::{Record, Replay, compare, sha256_hex};
+use crate::run::{Config, Ui, current_model, outcome_json, web_plugin};
+use crate::source::read_prompt;
+
+#[derive(Debug, Args)]
+pub struct ReplayArgs {
+    /// The record written by `run --record FILE`.
+    #[arg(value_name = "RECORD")]
+    record: PathBuf,
+    /// Replay this prompt file instead of the recorded one (an edited version).
+    #[arg(long, value_name = "PATH")]
+    prompt: Option<PathBuf>,
+    /// Answer from the record up to the first divergence, then from the real providers.
+    #[arg(long)]
+    then_live: bool,
+    /// With --then-live: the current model (default: the recorded model's id, from the catalog).
+    #[arg(long, value_name = "ID")]
+    model: Option<String>,
+    /// With --then-live: answer rounds after the divergence from a scripted model file.
+    #[arg(long, value_name = "FILE", conflicts_with = "model")]
+    script: Option<PathBuf>,
+    /// With --then-live: the web Plugin over a scripted network.
+    #[arg(long, value_name = "FILE")]
+    web_script: Option<PathBuf>,
+    /// Print the replayed outcome as one JSON object on stdout.
+    #[arg(long)]
+    json: bool,
+    /// Print the replayed events as JSON lines on stdout, the outcome last.
+    #[arg(long)]
+    events: bool,
+}
+
+pub fn replay(args: &ReplayArgs, _ui: Ui) -> ExitCode {
+    match replay_inner(args) {
+        Ok(code) => code,
+        Err(message) => {
+            eprintln!("error: {message}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+fn replay_inner(args: &ReplayArgs) -> Result<ExitCode, String> {
+    let record = Record::load(&args.record)?;
+    let header = &record.header;
+    let prompt_path = args
+        .prompt
+        .clone()
+        .unwrap_or_else(|| header.prompt.path.clone());
+    let text = read_prompt(&prompt_path)?;
+    if args.prompt.is_none() && sha256_hex(&text) != header.prompt.sha256 {
+        eprintln!(
+            "note: {} changed since it was recorded (its SHA-256 differs); replaying it as it is now",
+            prompt_path.display()
+        );
+    }
+    let prompt = match Prompt::parse(&text) {
+        Ok(prompt) => prompt,
+        Err(err) => {
+            // The recorded run may have been this same parse failure.
+            let outcome = Outcome::Failed(err.into());
+            let value = serde_json::to_value(outcome_json(&outcome)).unwrap_or(Json::Null);
+            return Ok(settle(args, &record, &[], &outcome, &value));
+        }
+    };
+    let cancel = Arc::new(AtomicBool::new(false));
+    let mut ctx = RunContext::new(header.seed, header.start_ms);
+    ctx.args = header.args.clone();
+    ctx.snapshot = header.snapshot.clone();
+    ctx.concurrency = header.concurrency;
+    ctx.host = header.host.clone();
+    ctx.execution = prompt.frontmatter.name.clone();
+    ctx.cancel = cancel.clone();
+    ctx.effect_sites = true;
+
+    // Only a live replay needs a model and a network; a plain one never reaches them.
+    let config = Config::default();
+    let (model, web) = if args.then_live {
+        let recorded_id = header.host.model.as_ref().map(|m| m.id.clone());
+        let id = args.model.clone().or(recorded_id);
+        let model = current_model(args.script.as_deref(), id.as_deref(), &config)?;
+        let web = web_plugin(args.web_script.as_deref(), &config)?;
+        (model, Some(Arc::new(web)))
+    } else {
+        (None, None)
+    };
+    let mut host = Host::new(
+        model,
+        web,
+        Store::memory(),
+        Operator::Nobody,
+        cancel,
+        channel(),
+    )?
+    .notes(if args.events {
+        Notes::JsonStdout
+    } else {
+        Notes::Stderr
+    })
+    .replay(Replay::new(&record, args.then_live));
+    let mut run = Run::new(Arc::new(prompt), ctx);
+    let mut events: Vec<Json> = Vec::new();
+    let outcome = host.drive(&mut run, &mut |event| {
+        let json = crate::run::event_json(event);
+        if args.events {
+            println!("{json}");
+        }
+        events.push(json);
+    });
+    let outcome_value = serde_json::to_value(outcome_json(&outcome)).unwrap_or(Json::Null);
+
+    if let Some(divergence) = host.divergence() {
+        eprintln!("{}", divergence.report(&args.record, &prompt_path));
+        if !args.then_live {
+            return Ok(ExitCode::from(3));
+        }
+        eprintln!(
+            "replay: answered from the record up to effect {}, live from there",
+            divergence.effect
+        );
+        print_outcome(args, &outcome);
+        return Ok(exit_code(&outcome));
+    }
+    Ok(settle(args, &record, &events, &outcome, &outcome_value))
+}
+
+/// Compare a replay that followed its record with the record, report, and give the status.
+fn settle(
+    args: &ReplayArgs,
+    record: &Record,
+    events: &[Json],
+    outcome: &Outcome,
+    value: &Json,
+) -> ExitCode {
+    print_outcome(args, outcome);
+    match compare(record, events, value) {
+        Some(difference) => {
+            eprintln!("replay: not identical to the record: {difference}");
+            ExitCode::from(3)
+        }
+        None => {
+            eprintln!(
+                "replay: identical to the record ({} effects, {} events)",
+                record.requests.len(),
+                events.len()
+            );
+            exit_code(outcome)
+        }
+    }
+}
+
+fn exit_code(outcome: &Outcome) -> ExitCode {
+    match outcome {
+        Outcome::Completed(_) => ExitCode::SUCCESS,
+        Outcome::Failed(_) => ExitCode::from(1),
+        Outcome::Cancelled => ExitCode::from(130),
+    }
+}
+
+fn print_outcome(args: &ReplayArgs, outcome: &Outcome) {
+    if args.json || args.events {
+        // The same bytes `run --json` prints.
+        match serde_json::to_string(&outcome_json(outcome)) {
+            Ok(line) => println!("{line}"),
+            Err(e) => eprintln!("error: cannot encode the outcome: {e}"),
+        }
+        return;
+    }
+    match outcome {
+        Outcome::Completed(result) => print!("{result}"),
+        Outcome::Cancelled => eprintln!("cancelled"),
+        Outcome::Failed(err) => eprintln!("error[{}]: {}", err.kind, err.message),
+    }
+}
