@@ -217,6 +217,7 @@ impl Run {
             input_plugin: self.input_plugin,
             bound_tools: self.bound_tools.clone(),
             model_tasks: carried.as_ref().is_some_and(|c| !c.0.is_empty()),
+            call_sites: self.ctx.effect_sites,
         };
         let vm = SectionVm::new(cfg)?;
         self.event(

@@ -41,6 +41,7 @@ fn config() -> VmConfig {
         bound_tools: Arc::from(Vec::new()),
         item: None,
         model_tasks: false,
+        call_sites: false,
     }
 }
 

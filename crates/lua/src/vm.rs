@@ -218,6 +218,9 @@ pub struct VmConfig {
     /// The entry starts with model tasks of its own (handed over from the H1 pass), so its
     /// `models.loop` rounds gather task notices from the first round.
     pub model_tasks: bool,
+    /// Record where each suspending call was made ([`Request::site`]); off, requests carry
+    /// no site and no call pays for the stack walk.
+    pub call_sites: bool,
 }
 
 /// A bound tool slot: its alias and the tool the catalog bound it to.
@@ -508,6 +511,7 @@ impl SectionVm {
             // Lua 5.5 takes the seed as an integer; reinterpreting the bits keeps all 64.
             cfg_table.raw_set("seed", i64::from_ne_bytes(cfg.random_seed.to_ne_bytes()))?;
             cfg_table.raw_set("has_ui", cfg.snapshot.is_some())?;
+            cfg_table.raw_set("call_sites", cfg.call_sites)?;
             if let Some(item) = &cfg.item {
                 cfg_table.raw_set("has_item", true)?;
                 cfg_table.raw_set("item", json::from_json(&lua, item)?)?;
@@ -1624,6 +1628,7 @@ mod tests {
             bound_tools: Arc::from(Vec::new()),
             item: None,
             model_tasks: false,
+            call_sites: false,
         }
     }
 

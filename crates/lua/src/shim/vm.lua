@@ -336,6 +336,7 @@ end)
 -- yields the operation name and a payload table of JSON data; the Engine answers
 -- (true, value) or (false, error) where error is {kind, message, fields, run_kind}.
 local in_shared_load = false
+local call_sites = cfg.call_sites
 
 local function suspend(op, payload, allowed_in_shared_load)
   if in_shared_load and not allowed_in_shared_load then
@@ -345,7 +346,7 @@ local function suspend(op, payload, allowed_in_shared_load)
   if not yieldable() then
     error('attempt to yield from outside a coroutine', 0)
   end
-  host('site')
+  if call_sites then host('site') end
   local ok, value = yield(op, payload)
   suspends = suspends + 1
   if ok then return value end
