@@ -8,6 +8,7 @@ use clap::{CommandFactory, Parser, Subcommand};
 mod batch;
 mod check;
 mod describe;
+mod history;
 mod host;
 mod models;
 mod record;
@@ -50,6 +51,9 @@ enum Command {
     /// Run a recorded prompt again from its record (`run --record FILE`), answering every
     /// effect from it, and report where an edited prompt diverges.
     Replay(Box<replay::ReplayArgs>),
+    /// The run history: recent runs (`runs`), one run (`runs show ID`), its record
+    /// (`runs export ID`).
+    Runs(history::RunsArgs),
     /// Show what a prompt takes: its args, model roles, tool slots, Plugins and files.
     Describe(describe::DescribeArgs),
     /// List the model catalog (promptforge.toml, the user config file, and quick ids).
@@ -94,6 +98,7 @@ fn main() -> ExitCode {
         Command::Batch(args) => batch::batch(&args, ui),
         Command::Merge(args) => batch::merge(&args),
         Command::Replay(args) => replay::replay(&args, ui),
+        Command::Runs(args) => history::runs(&args),
         Command::Describe(args) => describe::describe(&args),
         Command::Models(args) => models::models(&args),
         Command::Completions { shell } => {

@@ -62,12 +62,30 @@ pub(crate) fn sha256_hex(text: &str) -> String {
     digest.iter().map(|b| format!("{b:02x}")).collect()
 }
 
-/// Writes a record as the run goes.
+/// Where a record goes: a file (`--record`) or memory (for the run history).
+#[derive(Debug)]
+enum Sink {
+    File(std::io::BufWriter<std::fs::File>),
+    Memory(Vec<u8>),
+}
+
+/// Writes a record as the run goes. Each line after the header carries `t`, the
+/// milliseconds since the run started by the Host's clock (for timelines; never compared).
 #[derive(Debug)]
 pub(crate) struct Recorder {
-    out: std::io::BufWriter<std::fs::File>,
-    path: PathBuf,
+    out: Sink,
+    path: Option<PathBuf>,
+    started: std::time::Instant,
     failed: Option<String>,
+}
+
+/// What a finished recording holds.
+#[derive(Debug)]
+pub(crate) enum Written {
+    /// The record is in this file.
+    File(PathBuf),
+    /// The record, in memory.
+    Memory(Vec<u8>),
 }
 
 impl Recorder {
@@ -75,59 +93,92 @@ impl Recorder {
     pub(crate) fn create(path: &Path, header: &Header) -> Result<Recorder, String> {
         let file =
             std::fs::File::create(path).map_err(|e| format!("--record {}: {e}", path.display()))?;
+        Recorder::start(
+            Sink::File(std::io::BufWriter::new(file)),
+            Some(path),
+            header,
+        )
+    }
+
+    /// Record into memory (the run history keeps it).
+    pub(crate) fn in_memory(header: &Header) -> Result<Recorder, String> {
+        Recorder::start(Sink::Memory(Vec::new()), None, header)
+    }
+
+    fn start(out: Sink, path: Option<&Path>, header: &Header) -> Result<Recorder, String> {
         let mut recorder = Recorder {
-            out: std::io::BufWriter::new(file),
-            path: path.to_path_buf(),
+            out,
+            path: path.map(Path::to_path_buf),
+            started: std::time::Instant::now(),
             failed: None,
         };
-        recorder.line(&serde_json::to_value(header).map_err(|e| e.to_string())?);
+        recorder.write(&serde_json::to_value(header).map_err(|e| e.to_string())?);
         Ok(recorder)
     }
 
-    fn line(&mut self, value: &Json) {
+    fn write(&mut self, value: &Json) {
         if self.failed.is_some() {
             return;
         }
-        if let Err(e) = writeln!(self.out, "{value}") {
-            self.failed = Some(format!(
-                "cannot write the record {}: {e}",
-                self.path.display()
-            ));
+        let written = match &mut self.out {
+            Sink::File(out) => writeln!(out, "{value}"),
+            Sink::Memory(out) => writeln!(out, "{value}"),
+        };
+        if let Err(e) = written {
+            let name = self
+                .path
+                .as_ref()
+                .map_or("(memory)".to_owned(), |p| p.display().to_string());
+            self.failed = Some(format!("cannot write the record {name}: {e}"));
         }
+    }
+
+    fn line(&mut self, mut value: Json) {
+        let t = u64::try_from(self.started.elapsed().as_millis()).unwrap_or(u64::MAX);
+        if let Some(map) = value.as_object_mut() {
+            map.insert("t".to_owned(), json!(t));
+        }
+        self.write(&value);
     }
 
     pub(crate) fn issued(&mut self, id: EffectId, effect: &Effect) {
         let request = serde_json::to_value(effect).unwrap_or(Json::Null);
-        self.line(&json!({"effect": id, "request": request}));
+        self.line(json!({"effect": id, "request": request}));
     }
 
     pub(crate) fn answered(&mut self, id: EffectId, answer: &Answer, step: u64) {
         let value = serde_json::to_value(answer).unwrap_or(Json::Null);
-        self.line(&json!({"answer": id, "value": value, "step": step}));
+        self.line(json!({"answer": id, "value": value, "step": step}));
     }
 
     pub(crate) fn withdrawn(&mut self, id: EffectId) {
-        self.line(&json!({"withdrawn": id}));
+        self.line(json!({"withdrawn": id}));
     }
 
     pub(crate) fn cancelled(&mut self, step: u64) {
-        self.line(&json!({"cancel": step}));
+        self.line(json!({"cancel": step}));
     }
 
     pub(crate) fn event(&mut self, event: &Event) {
-        self.line(&json!({"event": crate::run::event_json(event)}));
+        self.line(json!({"event": crate::run::event_json(event)}));
     }
 
     /// Write the outcome and flush; a write that failed along the way is reported here.
-    pub(crate) fn finish(mut self, outcome: &Outcome) -> Result<(), String> {
+    pub(crate) fn finish(mut self, outcome: &Outcome) -> Result<Written, String> {
         let outcome = serde_json::to_value(crate::run::outcome_json(outcome)).unwrap_or(Json::Null);
-        self.line(&json!({"outcome": outcome}));
+        self.line(json!({"outcome": outcome}));
         if let Some(failed) = self.failed.take() {
             return Err(failed);
         }
-        self.out
-            .flush()
-            .map_err(|e| format!("cannot write the record {}: {e}", self.path.display()))
+        match self.out {
+            Sink::File(mut out) => {
+                let path = self.path.unwrap_or_default();
+                out.flush()
+                    .map_err(|e| format!("cannot write the record {}: {e}", path.display()))?;
+                Ok(Written::File(path))
+            }
+            Sink::Memory(bytes) => Ok(Written::Memory(bytes)),
+        }
     }
 }
 

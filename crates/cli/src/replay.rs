@@ -29,8 +29,8 @@ use crate::source::read_prompt;
 
 #[derive(Debug, Args)]
 pub struct ReplayArgs {
-    /// The record written by `run --record FILE`.
-    #[arg(value_name = "RECORD")]
+    /// The record written by `run --record FILE`, or a run's id in the history.
+    #[arg(value_name = "RECORD|ID")]
     record: PathBuf,
     /// Replay this prompt file instead of the recorded one (an edited version).
     #[arg(long, value_name = "PATH")]
@@ -66,7 +66,15 @@ pub fn replay(args: &ReplayArgs, _ui: Ui) -> ExitCode {
 }
 
 fn replay_inner(args: &ReplayArgs) -> Result<ExitCode, String> {
-    let record = Record::load(&args.record)?;
+    // A run id of the history, unless a file of that name exists.
+    let exported = match args.record.to_str().and_then(|s| s.parse::<i64>().ok()) {
+        Some(id) if !args.record.exists() => Some(crate::history::export_to_temp(id)?),
+        _ => None,
+    };
+    let record = match &exported {
+        Some(file) => Record::load(file.path())?,
+        None => Record::load(&args.record)?,
+    };
     let header = &record.header;
     let prompt_path = args
         .prompt

@@ -98,6 +98,9 @@ pub struct RunArgs {
     /// events and the outcome) for `promptforge replay`.
     #[arg(long, value_name = "FILE")]
     record: Option<PathBuf>,
+    /// Keep this run out of the run history (`promptforge runs`).
+    #[arg(long)]
+    no_history: bool,
 }
 
 impl RunArgs {
@@ -424,6 +427,23 @@ pub(crate) fn open_store(store: Option<&std::path::Path>) -> Result<(Store, Stor
     Ok((store, dir))
 }
 
+/// Add a finished run's record to the history database at `db`.
+fn keep_in_history(
+    db: &std::path::Path,
+    written: &crate::record::Written,
+    wall_ms: u64,
+) -> Result<(), String> {
+    let mut history = crate::history::History::open(db)?;
+    match written {
+        crate::record::Written::Memory(bytes) => history.add(&bytes[..], wall_ms)?,
+        crate::record::Written::File(path) => {
+            let file = std::fs::File::open(path).map_err(|e| format!("{}: {e}", path.display()))?;
+            history.add(std::io::BufReader::new(file), wall_ms)?
+        }
+    };
+    Ok(())
+}
+
 /// A record's header for this run.
 fn record_header(args: &RunArgs, text: &str, ctx: &RunContext) -> crate::record::Header {
     crate::record::Header {
@@ -566,17 +586,29 @@ fn execute(
     )?
     .notes(notes)
     .progress(ui.progress && !args.json && !args.events);
+    let history = (!args.no_history).then(crate::history::location).flatten();
     if let Some(path) = &args.record {
         let header = record_header(args, text, &ctx);
         host = host.recorder(crate::record::Recorder::create(path, &header)?);
+    } else if history.is_some() {
+        let header = record_header(args, text, &ctx);
+        host = host.recorder(crate::record::Recorder::in_memory(&header)?);
     }
+    let started = std::time::Instant::now();
     let mut run = Run::new(Arc::new(prompt), ctx);
     let (events, json) = (args.events, args.json);
     let outcome = host.drive(&mut run, &mut |event| show_event(event, events, json));
-    if let Some(recorder) = host.take_recorder()
-        && let Err(e) = recorder.finish(&outcome)
-    {
-        crate::ui::print_line(&format!("warning: {e}"));
+    if let Some(recorder) = host.take_recorder() {
+        let wall_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
+        let kept = recorder
+            .finish(&outcome)
+            .and_then(|written| match &history {
+                Some(db) => keep_in_history(db, &written, wall_ms),
+                None => Ok(()),
+            });
+        if let Err(e) = kept {
+            crate::ui::print_line(&format!("warning: {e}"));
+        }
     }
     let summary = host.progress_state().drawn().then(|| {
         let price = model.as_ref().and_then(|m| m.description.price.as_ref());

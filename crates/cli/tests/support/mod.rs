@@ -63,12 +63,13 @@ impl Drop for LocalServer {
 }
 
 /// `promptforge` run in `dir`: only the project config there counts (the user config is
-/// `dir/xdg`), no proxy sits between it and 127.0.0.1, and stdin is closed.
+/// `dir/xdg`) and the run history `dir/history.sqlite3`, no proxy sits between it and 127.0.0.1, and stdin is closed.
 pub fn promptforge(dir: &Path) -> Command {
     let mut command = Command::new(env!("CARGO_BIN_EXE_promptforge"));
     command
         .current_dir(dir)
         .env("XDG_CONFIG_HOME", dir.join("xdg"))
+        .env("PROMPTFORGE_HISTORY", dir.join("history.sqlite3"))
         .env("NO_PROXY", "127.0.0.1,localhost")
         .env_remove("HTTP_PROXY")
         .env_remove("http_proxy")

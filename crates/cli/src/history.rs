@@ -1,0 +1,693 @@
+//! The run history: every run's record kept in a local SQLite database, and the `runs`
+//! commands that read it.
+//!
+//! The database is `$PROMPTFORGE_HISTORY` when set (`off` turns the history off), else
+//! `promptforge/history.sqlite3` in the user's data directory (`~/.local/share` on Linux).
+//! It runs in WAL mode with a busy timeout, so runs started in parallel wait their turn for
+//! the one write each makes at its end instead of failing on a lock. A run is one row of
+//! `runs` (what `promptforge runs` lists) and one row of `effects` per effect (its request,
+//! its answer and the step it was handed over at, its times): exactly the record of
+//! `run --record`, which `runs export` writes back out. When the database passes its size
+//! cap (`$PROMPTFORGE_HISTORY_MAX_MB`, 256 MB by default) the oldest runs are pruned.
+
+use std::io::{BufRead, Write};
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use clap::{Args, Subcommand};
+use rusqlite::{Connection, OptionalExtension, params};
+use serde_json::{Value as Json, json};
+
+use crate::record::Header;
+
+/// The default size cap, in megabytes.
+const DEFAULT_CAP_MB: u64 = 256;
+
+/// Where the history lives, or `None` when it is off.
+pub(crate) fn location() -> Option<PathBuf> {
+    match std::env::var_os("PROMPTFORGE_HISTORY") {
+        Some(value) if value == "off" || value.is_empty() => None,
+        Some(value) => Some(PathBuf::from(value)),
+        None => dirs::data_dir().map(|d| d.join("promptforge").join("history.sqlite3")),
+    }
+}
+
+fn cap_bytes() -> u64 {
+    std::env::var("PROMPTFORGE_HISTORY_MAX_MB")
+        .ok()
+        .and_then(|v| v.trim().parse::<u64>().ok())
+        .unwrap_or(DEFAULT_CAP_MB)
+        .saturating_mul(1024 * 1024)
+}
+
+/// An open history database.
+#[derive(Debug)]
+pub(crate) struct History {
+    conn: Connection,
+}
+
+fn sql_error(path: &Path) -> impl Fn(rusqlite::Error) -> String + '_ {
+    move |e| format!("the run history {}: {e}", path.display())
+}
+
+impl History {
+    /// Open (creating it and its directory if need be) the database at `path`.
+    pub(crate) fn open(path: &Path) -> Result<History, String> {
+        if let Some(dir) = path.parent() {
+            std::fs::create_dir_all(dir)
+                .map_err(|e| format!("the run history {}: {e}", dir.display()))?;
+        }
+        let err = sql_error(path);
+        let conn = Connection::open(path).map_err(&err)?;
+        // Parallel runs each write once, at their end; they wait for each other rather
+        // than fail.
+        conn.busy_timeout(std::time::Duration::from_secs(30))
+            .map_err(&err)?;
+        conn.execute_batch(
+            "PRAGMA auto_vacuum = INCREMENTAL;
+             PRAGMA journal_mode = WAL;
+             PRAGMA synchronous = NORMAL;
+             PRAGMA foreign_keys = ON;
+             CREATE TABLE IF NOT EXISTS runs (
+                 id INTEGER PRIMARY KEY AUTOINCREMENT,
+                 prompt TEXT NOT NULL,
+                 prompt_sha256 TEXT NOT NULL,
+                 seed TEXT NOT NULL,
+                 started_at TEXT NOT NULL,
+                 args TEXT,
+                 model TEXT,
+                 outcome TEXT NOT NULL,
+                 error_kind TEXT,
+                 error_message TEXT,
+                 wall_ms INTEGER NOT NULL,
+                 rounds INTEGER NOT NULL,
+                 prompt_tokens INTEGER NOT NULL,
+                 completion_tokens INTEGER NOT NULL,
+                 header TEXT NOT NULL,
+                 events TEXT NOT NULL,
+                 cancels TEXT NOT NULL,
+                 outcome_json TEXT NOT NULL
+             );
+             CREATE TABLE IF NOT EXISTS effects (
+                 run_id INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
+                 effect_id INTEGER NOT NULL,
+                 kind TEXT NOT NULL,
+                 request TEXT NOT NULL,
+                 issued_ms INTEGER,
+                 answer TEXT,
+                 answer_step INTEGER,
+                 answer_seq INTEGER,
+                 answered_ms INTEGER,
+                 withdrawn INTEGER NOT NULL DEFAULT 0,
+                 PRIMARY KEY (run_id, effect_id)
+             );",
+        )
+        .map_err(&err)?;
+        Ok(History { conn })
+    }
+
+    /// Keep a run: its record (as `run --record` writes it) and how long it took.
+    pub(crate) fn add(&mut self, record: impl BufRead, wall_ms: u64) -> Result<i64, String> {
+        let mut header: Option<(Header, String)> = None;
+        let mut effects: Vec<EffectRow> = Vec::new();
+        let mut index: std::collections::BTreeMap<u64, usize> = Default::default();
+        let mut events = String::new();
+        let mut cancels: Vec<u64> = Vec::new();
+        let mut outcome = Json::Null;
+        for (seq, line) in record.lines().enumerate() {
+            let line = line.map_err(|e| format!("cannot read the run's record: {e}"))?;
+            let value: Json = match serde_json::from_str(&line) {
+                Ok(value) => value,
+                Err(e) => return Err(format!("the run's record holds a bad line: {e}")),
+            };
+            if header.is_none() {
+                let parsed: Header = serde_json::from_value(value)
+                    .map_err(|e| format!("the run's record has no header: {e}"))?;
+                header = Some((parsed, line));
+                continue;
+            }
+            let num = |key: &str| value.get(key).and_then(Json::as_u64);
+            let t = num("t");
+            if let (Some(id), Some(request)) = (num("effect"), value.get("request")) {
+                index.insert(id, effects.len());
+                effects.push(EffectRow {
+                    id,
+                    kind: request
+                        .get("effect")
+                        .and_then(Json::as_str)
+                        .unwrap_or("")
+                        .to_owned(),
+                    request: request.to_string(),
+                    issued_ms: t,
+                    answer: None,
+                    withdrawn: false,
+                });
+            } else if let (Some(id), Some(answer), Some(step)) =
+                (num("answer"), value.get("value"), num("step"))
+                && let Some(&at) = index.get(&id)
+            {
+                effects[at].answer = Some((answer.clone(), step, seq as u64, t));
+            } else if let Some(id) = num("withdrawn")
+                && let Some(&at) = index.get(&id)
+            {
+                effects[at].withdrawn = true;
+            } else if let Some(step) = num("cancel") {
+                cancels.push(step);
+            } else if value.get("event").is_some() {
+                events.push_str(&line);
+                events.push('\n');
+            } else if let Some(o) = value.get("outcome") {
+                outcome = o.clone();
+            }
+        }
+        let Some((header, header_line)) = header else {
+            return Err("the run's record is empty".to_owned());
+        };
+        let (mut rounds, mut prompt_tokens, mut completion_tokens) = (0u64, 0u64, 0u64);
+        for effect in &effects {
+            if effect.kind == "model_round"
+                && let Some((answer, ..)) = &effect.answer
+                && let Some(reply) = answer.get("value")
+            {
+                rounds += 1;
+                let usage = &reply["usage"];
+                prompt_tokens += usage["prompt_tokens"].as_u64().unwrap_or(0);
+                completion_tokens += usage["completion_tokens"].as_u64().unwrap_or(0);
+            }
+        }
+        let tx = self
+            .conn
+            .transaction()
+            .map_err(|e| format!("the run history: {e}"))?;
+        let err = |e: rusqlite::Error| format!("the run history: {e}");
+        tx.execute(
+            "INSERT INTO runs (prompt, prompt_sha256, seed, started_at, args, model, outcome,
+                 error_kind, error_message, wall_ms, rounds, prompt_tokens, completion_tokens,
+                 header, events, cancels, outcome_json)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17)",
+            params![
+                header.prompt.path.display().to_string(),
+                header.prompt.sha256,
+                header.seed.to_string(),
+                header.when,
+                header.args,
+                header.host.model.as_ref().map(|m| m.id.clone()),
+                outcome["outcome"].as_str().unwrap_or("unknown"),
+                outcome["error"]["kind"].as_str(),
+                outcome["error"]["message"].as_str(),
+                wall_ms as i64,
+                rounds as i64,
+                prompt_tokens as i64,
+                completion_tokens as i64,
+                header_line,
+                events,
+                json!(cancels).to_string(),
+                outcome.to_string(),
+            ],
+        )
+        .map_err(err)?;
+        let run_id = tx.last_insert_rowid();
+        {
+            let mut insert = tx
+                .prepare(
+                    "INSERT INTO effects (run_id, effect_id, kind, request, issued_ms, answer,
+                         answer_step, answer_seq, answered_ms, withdrawn)
+                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
+                )
+                .map_err(err)?;
+            for e in &effects {
+                let (answer, step, seq, answered) = match &e.answer {
+                    Some((a, step, seq, t)) => (
+                        Some(a.to_string()),
+                        Some(*step as i64),
+                        Some(*seq as i64),
+                        *t,
+                    ),
+                    None => (None, None, None, None),
+                };
+                insert
+                    .execute(params![
+                        run_id,
+                        e.id as i64,
+                        e.kind,
+                        e.request,
+                        e.issued_ms.map(|t| t as i64),
+                        answer,
+                        step,
+                        seq,
+                        answered.map(|t| t as i64),
+                        e.withdrawn,
+                    ])
+                    .map_err(err)?;
+            }
+        }
+        tx.commit().map_err(err)?;
+        self.prune()?;
+        Ok(run_id)
+    }
+
+    /// Drop the oldest runs while the database is over its cap.
+    fn prune(&mut self) -> Result<(), String> {
+        let err = |e: rusqlite::Error| format!("the run history: {e}");
+        let cap = cap_bytes();
+        let size = |conn: &Connection| -> Result<u64, String> {
+            let pages: i64 = conn
+                .query_row("PRAGMA page_count", [], |r| r.get(0))
+                .map_err(err)?;
+            let free: i64 = conn
+                .query_row("PRAGMA freelist_count", [], |r| r.get(0))
+                .map_err(err)?;
+            let page: i64 = conn
+                .query_row("PRAGMA page_size", [], |r| r.get(0))
+                .map_err(err)?;
+            Ok(((pages - free).max(0) * page) as u64)
+        };
+        let mut rounds = 0;
+        while size(&self.conn)? > cap && rounds < 1000 {
+            rounds += 1;
+            // A tenth of the runs (at least one), oldest first.
+            let count: i64 = self
+                .conn
+                .query_row("SELECT COUNT(*) FROM runs", [], |r| r.get(0))
+                .map_err(err)?;
+            if count <= 1 {
+                break;
+            }
+            let drop = (count / 10).max(1);
+            self.conn
+                .execute(
+                    "DELETE FROM runs WHERE id IN (SELECT id FROM runs ORDER BY id LIMIT ?1)",
+                    params![drop],
+                )
+                .map_err(err)?;
+        }
+        if rounds > 0 {
+            self.conn
+                .execute_batch("PRAGMA incremental_vacuum;")
+                .map_err(err)?;
+        }
+        Ok(())
+    }
+
+    /// Write run `id`'s record, as `run --record` would have.
+    pub(crate) fn export(&self, id: i64, out: &mut dyn Write) -> Result<(), String> {
+        let err = |e: rusqlite::Error| format!("the run history: {e}");
+        let row: Option<(String, String, String, String)> = self
+            .conn
+            .query_row(
+                "SELECT header, events, cancels, outcome_json FROM runs WHERE id = ?1",
+                params![id],
+                |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)),
+            )
+            .optional()
+            .map_err(err)?;
+        let Some((header, events, cancels, outcome)) = row else {
+            return Err(format!(
+                "no run {id} in the history (`promptforge runs` lists them)"
+            ));
+        };
+        let io = |e: std::io::Error| format!("cannot write the record: {e}");
+        writeln!(out, "{header}").map_err(io)?;
+        let mut stmt = self
+            .conn
+            .prepare(
+                "SELECT effect_id, request, issued_ms, answer, answer_step, answered_ms, withdrawn
+                 FROM effects WHERE run_id = ?1 ORDER BY effect_id",
+            )
+            .map_err(err)?;
+        type Row = (
+            i64,
+            String,
+            Option<i64>,
+            Option<String>,
+            Option<i64>,
+            Option<i64>,
+            bool,
+        );
+        let rows: Vec<Row> = stmt
+            .query_map(params![id], |r| {
+                Ok((
+                    r.get(0)?,
+                    r.get(1)?,
+                    r.get(2)?,
+                    r.get(3)?,
+                    r.get(4)?,
+                    r.get(5)?,
+                    r.get(6)?,
+                ))
+            })
+            .map_err(err)?
+            .collect::<Result<_, _>>()
+            .map_err(err)?;
+        for (effect, request, issued, ..) in &rows {
+            writeln!(
+                out,
+                r#"{{"effect":{effect},"request":{request},"t":{}}}"#,
+                issued.unwrap_or(0)
+            )
+            .map_err(io)?;
+        }
+        // Answers in the order they were handed over.
+        let mut stmt = self
+            .conn
+            .prepare("SELECT effect_id FROM effects WHERE run_id = ?1 AND answer IS NOT NULL ORDER BY answer_seq")
+            .map_err(err)?;
+        let order: Vec<i64> = stmt
+            .query_map(params![id], |r| r.get(0))
+            .map_err(err)?
+            .collect::<Result<_, _>>()
+            .map_err(err)?;
+        for effect in order {
+            if let Some((_, _, _, Some(answer), Some(step), answered, _)) =
+                rows.iter().find(|r| r.0 == effect)
+            {
+                writeln!(
+                    out,
+                    r#"{{"answer":{effect},"value":{answer},"step":{step},"t":{}}}"#,
+                    answered.unwrap_or(0)
+                )
+                .map_err(io)?;
+            }
+        }
+        for (effect, .., withdrawn) in &rows {
+            if *withdrawn {
+                writeln!(out, r#"{{"withdrawn":{effect}}}"#).map_err(io)?;
+            }
+        }
+        let cancels: Vec<u64> = serde_json::from_str(&cancels).unwrap_or_default();
+        for step in cancels {
+            writeln!(out, r#"{{"cancel":{step}}}"#).map_err(io)?;
+        }
+        out.write_all(events.as_bytes()).map_err(io)?;
+        writeln!(out, r#"{{"outcome":{outcome}}}"#).map_err(io)?;
+        Ok(())
+    }
+}
+
+#[derive(Debug)]
+struct EffectRow {
+    id: u64,
+    kind: String,
+    request: String,
+    issued_ms: Option<u64>,
+    /// The answer, its step, its position in the record, its time.
+    answer: Option<(Json, u64, u64, Option<u64>)>,
+    withdrawn: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct RunsArgs {
+    #[command(subcommand)]
+    command: Option<RunsCommand>,
+    /// How many recent runs to list.
+    #[arg(long, default_value_t = 20)]
+    limit: u32,
+    /// List as JSON lines.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Debug, Subcommand)]
+enum RunsCommand {
+    /// One run: its outcome, and a timeline of its sections, tasks and rounds.
+    Show {
+        /// The run's id (from `promptforge runs`).
+        id: i64,
+    },
+    /// Write a run's record (what `run --record` writes), for `promptforge replay`.
+    Export {
+        /// The run's id.
+        id: i64,
+        /// Write it here instead of stdout.
+        #[arg(long, value_name = "FILE")]
+        out: Option<PathBuf>,
+    },
+}
+
+fn open_existing() -> Result<(History, PathBuf), String> {
+    let Some(path) = location() else {
+        return Err("the run history is off (PROMPTFORGE_HISTORY=off)".to_owned());
+    };
+    if !path.exists() {
+        return Err(format!(
+            "no run history yet at {} (every `promptforge run` adds to it)",
+            path.display()
+        ));
+    }
+    Ok((History::open(&path)?, path))
+}
+
+/// Export run `id` into a temporary record file (for `replay ID`).
+pub(crate) fn export_to_temp(id: i64) -> Result<tempfile::NamedTempFile, String> {
+    let (history, _) = open_existing()?;
+    let mut file = tempfile::NamedTempFile::new().map_err(|e| e.to_string())?;
+    {
+        let mut out = std::io::BufWriter::new(file.as_file_mut());
+        history.export(id, &mut out)?;
+        out.flush().map_err(|e| e.to_string())?;
+    }
+    Ok(file)
+}
+
+pub fn runs(args: &RunsArgs) -> ExitCode {
+    match runs_inner(args) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(message) => {
+            eprintln!("error: {message}");
+            ExitCode::from(1)
+        }
+    }
+}
+
+fn runs_inner(args: &RunsArgs) -> Result<(), String> {
+    let (history, path) = open_existing()?;
+    let err = |e: rusqlite::Error| format!("the run history: {e}");
+    match &args.command {
+        None => {
+            let mut stmt = history
+                .conn
+                .prepare(
+                    "SELECT id, started_at, prompt, outcome, error_kind, wall_ms, rounds,
+                            prompt_tokens, completion_tokens, model, seed
+                     FROM runs ORDER BY id DESC LIMIT ?1",
+                )
+                .map_err(err)?;
+            type Row = (
+                i64,
+                String,
+                String,
+                String,
+                Option<String>,
+                i64,
+                i64,
+                i64,
+                i64,
+                Option<String>,
+                String,
+            );
+            let rows: Vec<Row> = stmt
+                .query_map(params![args.limit], |r| {
+                    Ok((
+                        r.get(0)?,
+                        r.get(1)?,
+                        r.get(2)?,
+                        r.get(3)?,
+                        r.get(4)?,
+                        r.get(5)?,
+                        r.get(6)?,
+                        r.get(7)?,
+                        r.get(8)?,
+                        r.get(9)?,
+                        r.get(10)?,
+                    ))
+                })
+                .map_err(err)?
+                .collect::<Result<_, _>>()
+                .map_err(err)?;
+            if rows.is_empty() && !args.json {
+                println!("no runs in {}", path.display());
+            }
+            for (id, when, prompt, outcome, kind, ms, rounds, pin, pout, model, seed) in
+                rows.iter().rev()
+            {
+                if args.json {
+                    println!(
+                        "{}",
+                        json!({"id": id, "started_at": when, "prompt": prompt, "outcome": outcome,
+                               "error_kind": kind, "wall_ms": ms, "rounds": rounds,
+                               "prompt_tokens": pin, "completion_tokens": pout, "model": model,
+                               "seed": seed})
+                    );
+                    continue;
+                }
+                let outcome = match kind {
+                    Some(kind) => format!("{outcome} ({kind})"),
+                    None => outcome.clone(),
+                };
+                println!(
+                    "{id:>5}  {when}  {outcome:<22} {:>9}  {:>3} rounds  {:>7} in / {:>6} out  {prompt}",
+                    crate::ui::duration_text(std::time::Duration::from_millis(*ms as u64)),
+                    rounds,
+                    crate::ui::thousands(*pin as u64),
+                    crate::ui::thousands(*pout as u64),
+                );
+            }
+            Ok(())
+        }
+        Some(RunsCommand::Export { id, out }) => match out {
+            Some(file) => {
+                let mut tmp = std::io::BufWriter::new(
+                    std::fs::File::create(file).map_err(|e| format!("{}: {e}", file.display()))?,
+                );
+                history.export(*id, &mut tmp)?;
+                tmp.flush().map_err(|e| e.to_string())
+            }
+            None => history.export(*id, &mut std::io::stdout().lock()),
+        },
+        Some(RunsCommand::Show { id }) => show(&history, *id),
+    }
+}
+
+/// `runs show ID`: the outcome and a timeline.
+fn show(history: &History, id: i64) -> Result<(), String> {
+    let mut record = Vec::new();
+    history.export(id, &mut record)?;
+    // (time, 0 for an event and 1 for an effect, so a section shows before its calls, text).
+    let mut lines: Vec<(u64, u8, String)> = Vec::new();
+    let mut files: std::collections::BTreeSet<String> = Default::default();
+    let mut header: Option<Header> = None;
+    let mut requests: std::collections::BTreeMap<u64, (String, Json, u64)> = Default::default();
+    let mut outcome = Json::Null;
+    for line in record.split(|b| *b == b'\n').filter(|l| !l.is_empty()) {
+        let Ok(value) = serde_json::from_slice::<Json>(line) else {
+            continue;
+        };
+        if header.is_none() {
+            header = serde_json::from_value(value).ok();
+            continue;
+        }
+        let t = value["t"].as_u64().unwrap_or(0);
+        if let Some(effect) = value["effect"].as_u64() {
+            let kind = value["request"]["effect"].as_str().unwrap_or("").to_owned();
+            requests.insert(effect, (kind, value["request"]["request"].clone(), t));
+        } else if let Some(effect) = value["answer"].as_u64() {
+            let Some((kind, request, issued)) = requests.get(&effect) else {
+                continue;
+            };
+            let took = t.saturating_sub(*issued);
+            let text = match kind.as_str() {
+                "model_round" => {
+                    let reply = &value["value"]["value"];
+                    let usage = &reply["usage"];
+                    let tokens = if usage.is_object() {
+                        format!(
+                            ", {} in / {} out tokens",
+                            usage["prompt_tokens"], usage["completion_tokens"]
+                        )
+                    } else {
+                        String::new()
+                    };
+                    let failed = value["value"].get("error").is_some();
+                    format!(
+                        "model round {effect} ({} messages){}: {}{tokens}",
+                        request["messages"].as_array().map_or(0, Vec::len),
+                        if failed { " failed" } else { "" },
+                        crate::ui::duration_text(std::time::Duration::from_millis(took))
+                    )
+                }
+                "store" => {
+                    let (op, path) = (
+                        request["op"].as_str().unwrap_or(""),
+                        request["path"].as_str().unwrap_or(""),
+                    );
+                    let ok = value["value"].get("error").is_none();
+                    match op {
+                        "write" | "append" | "str_replace" if ok => {
+                            files.insert(path.to_owned());
+                        }
+                        "delete" if ok => {
+                            files.remove(path);
+                        }
+                        _ => {}
+                    }
+                    format!("store {op} {path}")
+                }
+                other => format!(
+                    "{} {effect}: {}",
+                    other.replace('_', " "),
+                    crate::ui::duration_text(std::time::Duration::from_millis(took))
+                ),
+            };
+            lines.push((*issued, 1, text));
+        } else if let Some(event) = value.get("event") {
+            let task = event["task"].as_str().unwrap_or("0");
+            let name = event["event"].as_str().unwrap_or("");
+            let what = match name {
+                "section_started" | "section_finished" => {
+                    format!("{name} `{}`", event["section"].as_str().unwrap_or(""))
+                }
+                "log" => format!(
+                    "log [{}] {}",
+                    event["section"].as_str().unwrap_or(""),
+                    event["message"].as_str().unwrap_or("")
+                ),
+                "task_spawned" => format!(
+                    "task_spawned {} → `{}`",
+                    event["id"].as_str().unwrap_or(""),
+                    event["target"].as_str().unwrap_or("")
+                ),
+                "task_ended" => format!("task_ended {}", event["ending"].as_str().unwrap_or("")),
+                "block_started"
+                | "block_succeeded"
+                | "block_failed"
+                | "teardown_started"
+                | "teardown_succeeded"
+                | "shared_load_started"
+                | "shared_load_succeeded"
+                | "task_started" => continue,
+                other => other.to_owned(),
+            };
+            lines.push((t, 0, format!("[task {task}] {what}")));
+        } else if let Some(o) = value.get("outcome") {
+            outcome = o.clone();
+        }
+    }
+    let Some(header) = header else {
+        return Err(format!("run {id} has no header"));
+    };
+    println!("run {id}: {}", header.prompt.path.display());
+    println!(
+        "  started {}  seed {}  model {}",
+        header.when,
+        header.seed,
+        header.host.model.as_ref().map_or("none", |m| m.id.as_str())
+    );
+    if let Some(args) = &header.args {
+        println!("  args {}", json!(args));
+    }
+    match outcome["outcome"].as_str() {
+        Some("completed") => println!("  completed: {}", json!(outcome["result"])),
+        Some("failed") => println!(
+            "  failed ({}): {}",
+            outcome["error"]["kind"].as_str().unwrap_or(""),
+            outcome["error"]["message"].as_str().unwrap_or("")
+        ),
+        Some(other) => println!("  {other}"),
+        None => println!("  (no outcome recorded)"),
+    }
+    println!("timeline:");
+    lines.sort_by_key(|(t, rank, _)| (*t, *rank));
+    for (t, _, text) in lines {
+        println!(
+            "  +{:>7}  {text}",
+            crate::ui::duration_text(std::time::Duration::from_millis(t))
+        );
+    }
+    if !files.is_empty() {
+        println!("store files it left:");
+        for file in files {
+            println!("  {file}");
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,188 @@
+//! The run history through the real binary: every run lands in a real SQLite file, parallel
+//! runs never fail on a lock, `runs` lists them, `runs show` tells one's story, `runs export`
+//! gives back a record that `replay` (by file or by id) follows to the same outcome,
+//! `--no-history` keeps a run out, and the size cap prunes the oldest runs.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod support;
+
+use std::path::Path;
+
+use serde_json::Value;
+use support::promptforge;
+
+fn root() -> std::path::PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+fn out(dir: &Path, args: &[&str]) -> (Option<i32>, String, String) {
+    let output = promptforge(dir)
+        .args(args)
+        .env("PROMPTFORGE_HISTORY", dir.join("h.sqlite3"))
+        .output()
+        .unwrap();
+    (
+        output.status.code(),
+        String::from_utf8_lossy(&output.stdout).into_owned(),
+        String::from_utf8_lossy(&output.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn every_run_is_kept_listed_shown_exported_and_replayable() {
+    let dir = tempfile::tempdir().unwrap();
+    let examples = root().join("examples");
+    let facts = examples.join("facts.md").display().to_string();
+    let script = examples.join("scripts/facts.json").display().to_string();
+    let pipeline = examples.join("pipeline.md").display().to_string();
+
+    // Eight runs at once: each waits its turn to write, none fails.
+    let children: Vec<_> = (0..8)
+        .map(|n| {
+            promptforge(dir.path())
+                .args(["run", &facts, "--script", &script, "--seed", &n.to_string()])
+                .env("PROMPTFORGE_HISTORY", dir.path().join("h.sqlite3"))
+                .stdout(std::process::Stdio::null())
+                .stderr(std::process::Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    for child in children {
+        let output = child.wait_with_output().unwrap();
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(output.status.success(), "{stderr}");
+        assert!(!stderr.contains("warning"), "{stderr}");
+    }
+    let (_, _, stderr) = out(dir.path(), &["run", &pipeline, "--args", "one two\nthree"]);
+    assert!(!stderr.contains("warning"), "{stderr}");
+    out(
+        dir.path(),
+        &["run", &pipeline, "--args", "x", "--no-history"],
+    );
+
+    // A real SQLite file, in WAL mode, that any SQLite client reads.
+    let db = rusqlite::Connection::open(dir.path().join("h.sqlite3")).unwrap();
+    let mode: String = db
+        .query_row("PRAGMA journal_mode", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(mode, "wal");
+    let count: i64 = db
+        .query_row("SELECT COUNT(*) FROM runs", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(
+        count, 9,
+        "eight parallel runs and one more; --no-history kept none"
+    );
+    let rounds: i64 = db
+        .query_row(
+            "SELECT SUM(rounds) FROM runs WHERE prompt LIKE '%facts.md'",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap();
+    assert_eq!(rounds, 24);
+
+    let (code, listing, stderr) = out(dir.path(), &["runs", "--json"]);
+    assert_eq!(code, Some(0), "{stderr}");
+    let rows: Vec<Value> = listing
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(rows.len(), 9);
+    assert_eq!(rows[8]["id"], 9);
+    assert_eq!(rows[8]["outcome"], "completed");
+    assert!(rows[0]["prompt"].as_str().unwrap().ends_with("facts.md"));
+    assert_eq!(rows[0]["rounds"], 3);
+    let (_, text, _) = out(dir.path(), &["runs"]);
+    assert!(
+        text.lines().count() == 9 && text.contains("3 rounds"),
+        "{text}"
+    );
+
+    let (code, shown, stderr) = out(dir.path(), &["runs", "show", "9"]);
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(
+        shown.contains("completed: \"report.md: 3 words\""),
+        "{shown}"
+    );
+    assert!(
+        shown.contains("[task 0] section_started `Gather`"),
+        "{shown}"
+    );
+    assert!(shown.contains("store write notes/001.txt"), "{shown}");
+    assert!(
+        shown.contains("store files it left:\n  counts.md\n"),
+        "{shown}"
+    );
+    let (_, shown, _) = out(dir.path(), &["runs", "show", "1"]);
+    assert!(
+        shown.contains("[task 0] task_spawned 0.1 → `Fact`"),
+        "{shown}"
+    );
+    assert!(shown.contains("model round"), "{shown}");
+
+    // The exported record replays like the file `run --record` writes; so does the id.
+    let record = dir.path().join("one.record");
+    let (code, _, stderr) = out(
+        dir.path(),
+        &["runs", "export", "1", "--out", record.to_str().unwrap()],
+    );
+    assert_eq!(code, Some(0), "{stderr}");
+    for target in [record.to_str().unwrap(), "1", "9"] {
+        let (code, _, stderr) = out(dir.path(), &["replay", target, "--json"]);
+        assert_eq!(code, Some(0), "{target}: {stderr}");
+        assert!(
+            stderr.contains("replay: identical to the record"),
+            "{target}: {stderr}"
+        );
+    }
+    let (code, _, stderr) = out(dir.path(), &["runs", "show", "99"]);
+    assert_eq!(code, Some(1));
+    assert!(stderr.contains("no run 99 in the history"), "{stderr}");
+}
+
+#[test]
+fn the_size_cap_prunes_the_oldest_runs() {
+    let dir = tempfile::tempdir().unwrap();
+    let hello = root().join("examples/hello.md").display().to_string();
+    let big = "x".repeat(150_000);
+    for _ in 0..8 {
+        use std::io::Write;
+        let mut child = promptforge(dir.path())
+            .args(["run", &hello, "--args", "-"])
+            .env("PROMPTFORGE_HISTORY", dir.path().join("h.sqlite3"))
+            .env("PROMPTFORGE_HISTORY_MAX_MB", "1")
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(big.as_bytes())
+            .unwrap();
+        assert!(child.wait().unwrap().success());
+    }
+    let db = rusqlite::Connection::open(dir.path().join("h.sqlite3")).unwrap();
+    let ids: Vec<i64> = db
+        .prepare("SELECT id FROM runs ORDER BY id")
+        .unwrap()
+        .query_map([], |r| r.get(0))
+        .unwrap()
+        .map(Result::unwrap)
+        .collect();
+    assert!(!ids.is_empty() && ids.len() < 8, "{ids:?}");
+    assert_eq!(*ids.last().unwrap(), 8, "the newest run stays: {ids:?}");
+    let orphans: i64 = db
+        .query_row(
+            "SELECT COUNT(*) FROM effects WHERE run_id NOT IN (SELECT id FROM runs)",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap();
+    assert_eq!(orphans, 0);
+}
