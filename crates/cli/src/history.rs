@@ -99,10 +99,20 @@ impl History {
                  answer_seq INTEGER,
                  answered_ms INTEGER,
                  withdrawn INTEGER NOT NULL DEFAULT 0,
+                 task TEXT,
                  PRIMARY KEY (run_id, effect_id)
              );",
         )
         .map_err(&err)?;
+        // A database from before effects had their task gets the column.
+        let has_task = conn
+            .prepare("SELECT 1 FROM pragma_table_info('effects') WHERE name = 'task'")
+            .and_then(|mut stmt| stmt.exists([]))
+            .map_err(&err)?;
+        if !has_task {
+            conn.execute_batch("ALTER TABLE effects ADD COLUMN task TEXT;")
+                .map_err(&err)?;
+        }
         Ok(History { conn })
     }
 
@@ -132,6 +142,7 @@ impl History {
                 index.insert(id, effects.len());
                 effects.push(EffectRow {
                     id,
+                    task: value.get("task").and_then(Json::as_str).map(str::to_owned),
                     kind: request
                         .get("effect")
                         .and_then(Json::as_str)
@@ -211,8 +222,8 @@ impl History {
             let mut insert = tx
                 .prepare(
                     "INSERT INTO effects (run_id, effect_id, kind, request, issued_ms, answer,
-                         answer_step, answer_seq, answered_ms, withdrawn)
-                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
+                         answer_step, answer_seq, answered_ms, withdrawn, task)
+                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
                 )
                 .map_err(err)?;
             for e in &effects {
@@ -237,6 +248,7 @@ impl History {
                         seq,
                         answered.map(|t| t as i64),
                         e.withdrawn,
+                        e.task,
                     ])
                     .map_err(err)?;
             }
@@ -311,7 +323,7 @@ impl History {
         let mut stmt = self
             .conn
             .prepare(
-                "SELECT effect_id, request, issued_ms, answer, answer_step, answered_ms, withdrawn
+                "SELECT effect_id, request, issued_ms, answer, answer_step, answered_ms, withdrawn, task
                  FROM effects WHERE run_id = ?1 ORDER BY effect_id",
             )
             .map_err(err)?;
@@ -323,6 +335,7 @@ impl History {
             Option<i64>,
             Option<i64>,
             bool,
+            Option<String>,
         );
         let rows: Vec<Row> = stmt
             .query_map(params![id], |r| {
@@ -334,15 +347,17 @@ impl History {
                     r.get(4)?,
                     r.get(5)?,
                     r.get(6)?,
+                    r.get(7)?,
                 ))
             })
             .map_err(err)?
             .collect::<Result<_, _>>()
             .map_err(err)?;
-        for (effect, request, issued, ..) in &rows {
+        for (effect, request, issued, .., task) in &rows {
             writeln!(
                 out,
-                r#"{{"effect":{effect},"request":{request},"t":{}}}"#,
+                r#"{{"effect":{effect},"request":{request},"task":{},"t":{}}}"#,
+                json!(task),
                 issued.unwrap_or(0)
             )
             .map_err(io)?;
@@ -358,7 +373,7 @@ impl History {
             .collect::<Result<_, _>>()
             .map_err(err)?;
         for effect in order {
-            if let Some((_, _, _, Some(answer), Some(step), answered, _)) =
+            if let Some((_, _, _, Some(answer), Some(step), answered, _, _)) =
                 rows.iter().find(|r| r.0 == effect)
             {
                 writeln!(
@@ -369,7 +384,7 @@ impl History {
                 .map_err(io)?;
             }
         }
-        for (effect, .., withdrawn) in &rows {
+        for (effect, .., withdrawn, _) in &rows {
             if *withdrawn {
                 writeln!(out, r#"{{"withdrawn":{effect}}}"#).map_err(io)?;
             }
@@ -387,6 +402,7 @@ impl History {
 #[derive(Debug)]
 struct EffectRow {
     id: u64,
+    task: Option<String>,
     kind: String,
     request: String,
     issued_ms: Option<u64>,
@@ -413,6 +429,9 @@ enum RunsCommand {
     Show {
         /// The run's id (from `promptforge runs`).
         id: i64,
+        /// Also write the run's timeline as a self-contained HTML page.
+        #[arg(long, value_name = "FILE")]
+        html: Option<PathBuf>,
     },
     /// Write a run's record (what `run --record` writes), for `promptforge replay`.
     Export {
@@ -544,12 +563,12 @@ fn runs_inner(args: &RunsArgs) -> Result<(), String> {
             }
             None => history.export(*id, &mut std::io::stdout().lock()),
         },
-        Some(RunsCommand::Show { id }) => show(&history, *id),
+        Some(RunsCommand::Show { id, html }) => show(&history, *id, html.as_deref()),
     }
 }
 
 /// `runs show ID`: the outcome and a timeline.
-fn show(history: &History, id: i64) -> Result<(), String> {
+fn show(history: &History, id: i64, html: Option<&Path>) -> Result<(), String> {
     let mut record = Vec::new();
     history.export(id, &mut record)?;
     // (time, 0 for an event and 1 for an effect, so a section shows before its calls, text).
@@ -557,6 +576,9 @@ fn show(history: &History, id: i64) -> Result<(), String> {
     let mut files: std::collections::BTreeSet<String> = Default::default();
     let mut header: Option<Header> = None;
     let mut requests: std::collections::BTreeMap<u64, (String, Json, u64)> = Default::default();
+    let mut timeline = crate::html::Timeline::default();
+    let mut open_bands: std::collections::BTreeMap<String, usize> = Default::default();
+    let mut bar_at: std::collections::BTreeMap<u64, usize> = Default::default();
     let mut outcome = Json::Null;
     for line in record.split(|b| *b == b'\n').filter(|l| !l.is_empty()) {
         let Ok(value) = serde_json::from_slice::<Json>(line) else {
@@ -567,10 +589,26 @@ fn show(history: &History, id: i64) -> Result<(), String> {
             continue;
         }
         let t = value["t"].as_u64().unwrap_or(0);
+        timeline.total_ms = timeline.total_ms.max(t);
         if let Some(effect) = value["effect"].as_u64() {
             let kind = value["request"]["effect"].as_str().unwrap_or("").to_owned();
+            bar_at.insert(effect, timeline.bars.len());
+            timeline.bars.push(crate::html::Bar {
+                effect,
+                task: value["task"].as_str().unwrap_or("0").to_owned(),
+                kind: kind.clone(),
+                start_ms: t,
+                end_ms: None,
+                label: kind.replace('_', " "),
+                request: value["request"]["request"].clone(),
+                answer: None,
+            });
             requests.insert(effect, (kind, value["request"]["request"].clone(), t));
         } else if let Some(effect) = value["answer"].as_u64() {
+            if let Some(&at) = bar_at.get(&effect) {
+                timeline.bars[at].end_ms = Some(t);
+                timeline.bars[at].answer = Some(value["value"].clone());
+            }
             let Some((kind, request, issued)) = requests.get(&effect) else {
                 continue;
             };
@@ -622,6 +660,26 @@ fn show(history: &History, id: i64) -> Result<(), String> {
         } else if let Some(event) = value.get("event") {
             let task = event["task"].as_str().unwrap_or("0");
             let name = event["event"].as_str().unwrap_or("");
+            match name {
+                "section_started" => {
+                    if let Some(at) = open_bands.remove(task) {
+                        timeline.bands[at].end_ms = Some(t);
+                    }
+                    open_bands.insert(task.to_owned(), timeline.bands.len());
+                    timeline.bands.push(crate::html::Band {
+                        task: task.to_owned(),
+                        section: event["section"].as_str().unwrap_or("").to_owned(),
+                        start_ms: t,
+                        end_ms: None,
+                    });
+                }
+                "section_finished" => {
+                    if let Some(at) = open_bands.remove(task) {
+                        timeline.bands[at].end_ms = Some(t);
+                    }
+                }
+                _ => {}
+            }
             let what = match name {
                 "section_started" | "section_finished" => {
                     format!("{name} `{}`", event["section"].as_str().unwrap_or(""))
@@ -685,9 +743,30 @@ fn show(history: &History, id: i64) -> Result<(), String> {
     }
     if !files.is_empty() {
         println!("store files it left:");
-        for file in files {
+        for file in &files {
             println!("  {file}");
         }
+    }
+    if let Some(path) = html {
+        timeline.title = format!("run {id}: {}", header.prompt.path.display());
+        timeline.outcome = outcome["outcome"].as_str().unwrap_or("unknown").to_owned();
+        let rounds = timeline
+            .bars
+            .iter()
+            .filter(|b| b.kind == "model_round")
+            .count();
+        timeline.summary = format!(
+            "started {} · seed {} · model {} · {} · {} · {} effects",
+            header.when,
+            header.seed,
+            header.host.model.as_ref().map_or("none", |m| m.id.as_str()),
+            crate::ui::duration_text(std::time::Duration::from_millis(timeline.total_ms)),
+            crate::ui::plural(rounds as u64, "model round"),
+            timeline.bars.len()
+        );
+        std::fs::write(path, timeline.html())
+            .map_err(|e| format!("--html {}: {e}", path.display()))?;
+        println!("timeline written to {}", path.display());
     }
     Ok(())
 }

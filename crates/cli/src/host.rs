@@ -423,7 +423,7 @@ impl Host {
             let mut stopped = false;
             for (id, effect) in batch.issued {
                 if let Some(recorder) = &mut self.recorder {
-                    recorder.issued(id, &effect);
+                    recorder.issued(id, &effect, run.effect_task(id));
                 }
                 if let Some(replay) = &mut self.replay {
                     match replay.check(id, &effect, run.effect_site(id)) {

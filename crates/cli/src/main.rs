@@ -10,6 +10,7 @@ mod check;
 mod describe;
 mod history;
 mod host;
+mod html;
 mod models;
 mod record;
 mod replay;

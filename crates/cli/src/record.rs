@@ -141,9 +141,10 @@ impl Recorder {
         self.write(&value);
     }
 
-    pub(crate) fn issued(&mut self, id: EffectId, effect: &Effect) {
+    /// An effect as issued, and the task that issued it (for timelines).
+    pub(crate) fn issued(&mut self, id: EffectId, effect: &Effect, task: Option<String>) {
         let request = serde_json::to_value(effect).unwrap_or(Json::Null);
-        self.line(json!({"effect": id, "request": request}));
+        self.line(json!({"effect": id, "request": request, "task": task}));
     }
 
     pub(crate) fn answered(&mut self, id: EffectId, answer: &Answer, step: u64) {
