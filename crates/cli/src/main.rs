@@ -12,6 +12,7 @@ mod history;
 mod host;
 mod html;
 mod models;
+mod otel;
 mod record;
 mod replay;
 mod run;

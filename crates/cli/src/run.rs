@@ -427,23 +427,6 @@ pub(crate) fn open_store(store: Option<&std::path::Path>) -> Result<(Store, Stor
     Ok((store, dir))
 }
 
-/// Add a finished run's record to the history database at `db`.
-fn keep_in_history(
-    db: &std::path::Path,
-    written: &crate::record::Written,
-    wall_ms: u64,
-) -> Result<(), String> {
-    let mut history = crate::history::History::open(db)?;
-    match written {
-        crate::record::Written::Memory(bytes) => history.add(&bytes[..], wall_ms)?,
-        crate::record::Written::File(path) => {
-            let file = std::fs::File::open(path).map_err(|e| format!("{}: {e}", path.display()))?;
-            history.add(std::io::BufReader::new(file), wall_ms)?
-        }
-    };
-    Ok(())
-}
-
 /// A record's header for this run.
 fn record_header(args: &RunArgs, text: &str, ctx: &RunContext) -> crate::record::Header {
     crate::record::Header {
@@ -587,25 +570,47 @@ fn execute(
     .notes(notes)
     .progress(ui.progress && !args.json && !args.events);
     let history = (!args.no_history).then(crate::history::location).flatten();
+    let otel = crate::otel::endpoint();
     if let Some(path) = &args.record {
         let header = record_header(args, text, &ctx);
         host = host.recorder(crate::record::Recorder::create(path, &header)?);
-    } else if history.is_some() {
+    } else if history.is_some() || otel.is_some() {
         let header = record_header(args, text, &ctx);
         host = host.recorder(crate::record::Recorder::in_memory(&header)?);
     }
+    let info = crate::otel::RunInfo {
+        name: prompt.frontmatter.name.clone(),
+        provider: model
+            .as_ref()
+            .map(|m| m.description.provider.as_str().to_owned()),
+        model: model.as_ref().map(|m| m.description.model.clone()),
+        started: std::time::SystemTime::now(),
+    };
     let started = std::time::Instant::now();
     let mut run = Run::new(Arc::new(prompt), ctx);
     let (events, json) = (args.events, args.json);
     let outcome = host.drive(&mut run, &mut |event| show_event(event, events, json));
     if let Some(recorder) = host.take_recorder() {
         let wall_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
-        let kept = recorder
-            .finish(&outcome)
-            .and_then(|written| match &history {
-                Some(db) => keep_in_history(db, &written, wall_ms),
+        let kept = recorder.finish(&outcome).and_then(|written| {
+            let bytes = match written {
+                crate::record::Written::Memory(bytes) => bytes,
+                crate::record::Written::File(path) => {
+                    std::fs::read(&path).map_err(|e| format!("{}: {e}", path.display()))?
+                }
+            };
+            if let Some(url) = &otel
+                && let Err(e) = crate::otel::export(url, &bytes, &info)
+            {
+                crate::ui::print_line(&format!("warning: {e}"));
+            }
+            match &history {
+                Some(db) => crate::history::History::open(db)?
+                    .add(&bytes[..], wall_ms)
+                    .map(|_| ()),
                 None => Ok(()),
-            });
+            }
+        });
         if let Err(e) = kept {
             crate::ui::print_line(&format!("warning: {e}"));
         }
