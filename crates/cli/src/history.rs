@@ -101,6 +101,12 @@ impl History {
                  withdrawn INTEGER NOT NULL DEFAULT 0,
                  task TEXT,
                  PRIMARY KEY (run_id, effect_id)
+             );
+             CREATE TABLE IF NOT EXISTS events (
+                 run_id INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
+                 seq INTEGER NOT NULL,
+                 line TEXT NOT NULL,
+                 PRIMARY KEY (run_id, seq)
              );",
         )
         .map_err(&err)?;
@@ -116,86 +122,24 @@ impl History {
         Ok(History { conn })
     }
 
-    /// Keep a run: its record (as `run --record` writes it) and how long it took.
+    /// Keep a run: its record (as `run --record` writes it) and how long it took. The
+    /// record is read a line at a time and written as it is read, so memory does not grow
+    /// with the run.
     pub(crate) fn add(&mut self, record: impl BufRead, wall_ms: u64) -> Result<i64, String> {
-        let mut header: Option<(Header, String)> = None;
-        let mut effects: Vec<EffectRow> = Vec::new();
-        let mut index: std::collections::BTreeMap<u64, usize> = Default::default();
-        let mut events = String::new();
-        let mut cancels: Vec<u64> = Vec::new();
-        let mut outcome = Json::Null;
-        for (seq, line) in record.lines().enumerate() {
-            let line = line.map_err(|e| format!("cannot read the run's record: {e}"))?;
-            let value: Json = match serde_json::from_str(&line) {
-                Ok(value) => value,
-                Err(e) => return Err(format!("the run's record holds a bad line: {e}")),
-            };
-            if header.is_none() {
-                let parsed: Header = serde_json::from_value(value)
-                    .map_err(|e| format!("the run's record has no header: {e}"))?;
-                header = Some((parsed, line));
-                continue;
-            }
-            let num = |key: &str| value.get(key).and_then(Json::as_u64);
-            let t = num("t");
-            if let (Some(id), Some(request)) = (num("effect"), value.get("request")) {
-                index.insert(id, effects.len());
-                effects.push(EffectRow {
-                    id,
-                    task: value.get("task").and_then(Json::as_str).map(str::to_owned),
-                    kind: request
-                        .get("effect")
-                        .and_then(Json::as_str)
-                        .unwrap_or("")
-                        .to_owned(),
-                    request: request.to_string(),
-                    issued_ms: t,
-                    answer: None,
-                    withdrawn: false,
-                });
-            } else if let (Some(id), Some(answer), Some(step)) =
-                (num("answer"), value.get("value"), num("step"))
-                && let Some(&at) = index.get(&id)
-            {
-                effects[at].answer = Some((answer.clone(), step, seq as u64, t));
-            } else if let Some(id) = num("withdrawn")
-                && let Some(&at) = index.get(&id)
-            {
-                effects[at].withdrawn = true;
-            } else if let Some(step) = num("cancel") {
-                cancels.push(step);
-            } else if value.get("event").is_some() {
-                events.push_str(&line);
-                events.push('\n');
-            } else if let Some(o) = value.get("outcome") {
-                outcome = o.clone();
-            }
-        }
-        let Some((header, header_line)) = header else {
-            return Err("the run's record is empty".to_owned());
-        };
-        let (mut rounds, mut prompt_tokens, mut completion_tokens) = (0u64, 0u64, 0u64);
-        for effect in &effects {
-            if effect.kind == "model_round"
-                && let Some((answer, ..)) = &effect.answer
-                && let Some(reply) = answer.get("value")
-            {
-                rounds += 1;
-                let usage = &reply["usage"];
-                prompt_tokens += usage["prompt_tokens"].as_u64().unwrap_or(0);
-                completion_tokens += usage["completion_tokens"].as_u64().unwrap_or(0);
-            }
-        }
-        let tx = self
-            .conn
-            .transaction()
-            .map_err(|e| format!("the run history: {e}"))?;
         let err = |e: rusqlite::Error| format!("the run history: {e}");
+        let mut lines = record.lines();
+        let header_line = match lines.next() {
+            Some(line) => line.map_err(|e| format!("cannot read the run's record: {e}"))?,
+            None => return Err("the run's record is empty".to_owned()),
+        };
+        let header: Header = serde_json::from_str(&header_line)
+            .map_err(|e| format!("the run's record has no header: {e}"))?;
+        let tx = self.conn.transaction().map_err(err)?;
         tx.execute(
             "INSERT INTO runs (prompt, prompt_sha256, seed, started_at, args, model, outcome,
-                 error_kind, error_message, wall_ms, rounds, prompt_tokens, completion_tokens,
-                 header, events, cancels, outcome_json)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17)",
+                 wall_ms, rounds, prompt_tokens, completion_tokens, header, events, cancels,
+                 outcome_json)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, 'unknown', ?7, 0, 0, 0, ?8, '', '[]', 'null')",
             params![
                 header.prompt.path.display().to_string(),
                 header.prompt.sha256,
@@ -203,56 +147,107 @@ impl History {
                 header.when,
                 header.args,
                 header.host.model.as_ref().map(|m| m.id.clone()),
+                wall_ms as i64,
+                header_line,
+            ],
+        )
+        .map_err(err)?;
+        let run_id = tx.last_insert_rowid();
+        let mut cancels: Vec<u64> = Vec::new();
+        let mut outcome = Json::Null;
+        let (mut rounds, mut prompt_tokens, mut completion_tokens) = (0i64, 0i64, 0i64);
+        {
+            let mut insert = tx
+                .prepare(
+                    "INSERT INTO effects (run_id, effect_id, kind, request, issued_ms, task)
+                     VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+                )
+                .map_err(err)?;
+            let mut answer = tx
+                .prepare(
+                    "UPDATE effects SET answer = ?3, answer_step = ?4, answer_seq = ?5,
+                         answered_ms = ?6
+                     WHERE run_id = ?1 AND effect_id = ?2 RETURNING kind",
+                )
+                .map_err(err)?;
+            let mut withdraw = tx
+                .prepare("UPDATE effects SET withdrawn = 1 WHERE run_id = ?1 AND effect_id = ?2")
+                .map_err(err)?;
+            let mut event = tx
+                .prepare("INSERT INTO events (run_id, seq, line) VALUES (?1, ?2, ?3)")
+                .map_err(err)?;
+            for (seq, line) in lines.enumerate() {
+                let line = line.map_err(|e| format!("cannot read the run's record: {e}"))?;
+                let value: Json = serde_json::from_str(&line)
+                    .map_err(|e| format!("the run's record holds a bad line: {e}"))?;
+                let num = |key: &str| value.get(key).and_then(Json::as_u64);
+                let t = num("t").map(|t| t as i64);
+                if let (Some(id), Some(request)) = (num("effect"), value.get("request")) {
+                    insert
+                        .execute(params![
+                            run_id,
+                            id as i64,
+                            request.get("effect").and_then(Json::as_str).unwrap_or(""),
+                            request.to_string(),
+                            t,
+                            value.get("task").and_then(Json::as_str),
+                        ])
+                        .map_err(err)?;
+                } else if let (Some(id), Some(value), Some(step)) =
+                    (num("answer"), value.get("value"), num("step"))
+                {
+                    let kind: Option<String> = answer
+                        .query_row(
+                            params![
+                                run_id,
+                                id as i64,
+                                value.to_string(),
+                                step as i64,
+                                seq as i64,
+                                t
+                            ],
+                            |r| r.get(0),
+                        )
+                        .optional()
+                        .map_err(err)?;
+                    if kind.as_deref() == Some("model_round")
+                        && let Some(reply) = value.get("value")
+                    {
+                        rounds += 1;
+                        let usage = &reply["usage"];
+                        prompt_tokens += usage["prompt_tokens"].as_i64().unwrap_or(0);
+                        completion_tokens += usage["completion_tokens"].as_i64().unwrap_or(0);
+                    }
+                } else if let Some(id) = num("withdrawn") {
+                    withdraw.execute(params![run_id, id as i64]).map_err(err)?;
+                } else if let Some(step) = num("cancel") {
+                    cancels.push(step);
+                } else if value.get("event").is_some() {
+                    event
+                        .execute(params![run_id, seq as i64, line])
+                        .map_err(err)?;
+                } else if let Some(o) = value.get("outcome") {
+                    outcome = o.clone();
+                }
+            }
+        }
+        tx.execute(
+            "UPDATE runs SET outcome = ?2, error_kind = ?3, error_message = ?4, rounds = ?5,
+                 prompt_tokens = ?6, completion_tokens = ?7, cancels = ?8, outcome_json = ?9
+             WHERE id = ?1",
+            params![
+                run_id,
                 outcome["outcome"].as_str().unwrap_or("unknown"),
                 outcome["error"]["kind"].as_str(),
                 outcome["error"]["message"].as_str(),
-                wall_ms as i64,
-                rounds as i64,
-                prompt_tokens as i64,
-                completion_tokens as i64,
-                header_line,
-                events,
+                rounds,
+                prompt_tokens,
+                completion_tokens,
                 json!(cancels).to_string(),
                 outcome.to_string(),
             ],
         )
         .map_err(err)?;
-        let run_id = tx.last_insert_rowid();
-        {
-            let mut insert = tx
-                .prepare(
-                    "INSERT INTO effects (run_id, effect_id, kind, request, issued_ms, answer,
-                         answer_step, answer_seq, answered_ms, withdrawn, task)
-                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
-                )
-                .map_err(err)?;
-            for e in &effects {
-                let (answer, step, seq, answered) = match &e.answer {
-                    Some((a, step, seq, t)) => (
-                        Some(a.to_string()),
-                        Some(*step as i64),
-                        Some(*seq as i64),
-                        *t,
-                    ),
-                    None => (None, None, None, None),
-                };
-                insert
-                    .execute(params![
-                        run_id,
-                        e.id as i64,
-                        e.kind,
-                        e.request,
-                        e.issued_ms.map(|t| t as i64),
-                        answer,
-                        step,
-                        seq,
-                        answered.map(|t| t as i64),
-                        e.withdrawn,
-                        e.task,
-                    ])
-                    .map_err(err)?;
-            }
-        }
         tx.commit().map_err(err)?;
         self.prune()?;
         Ok(run_id)
@@ -393,22 +388,20 @@ impl History {
         for step in cancels {
             writeln!(out, r#"{{"cancel":{step}}}"#).map_err(io)?;
         }
+        // Runs kept before events had a table of their own hold them in `runs.events`.
         out.write_all(events.as_bytes()).map_err(io)?;
+        let mut stmt = self
+            .conn
+            .prepare("SELECT line FROM events WHERE run_id = ?1 ORDER BY seq")
+            .map_err(err)?;
+        let mut rows = stmt.query(params![id]).map_err(err)?;
+        while let Some(row) = rows.next().map_err(err)? {
+            let line: String = row.get(0).map_err(err)?;
+            writeln!(out, "{line}").map_err(io)?;
+        }
         writeln!(out, r#"{{"outcome":{outcome}}}"#).map_err(io)?;
         Ok(())
     }
-}
-
-#[derive(Debug)]
-struct EffectRow {
-    id: u64,
-    task: Option<String>,
-    kind: String,
-    request: String,
-    issued_ms: Option<u64>,
-    /// The answer, its step, its position in the record, its time.
-    answer: Option<(Json, u64, u64, Option<u64>)>,
-    withdrawn: bool,
 }
 
 #[derive(Debug, Args)]

@@ -62,11 +62,13 @@ pub(crate) fn sha256_hex(text: &str) -> String {
     digest.iter().map(|b| format!("{b:02x}")).collect()
 }
 
-/// Where a record goes: a file (`--record`) or memory (for the run history).
+/// Where a record goes: a file (`--record`), or a temporary file the run history (or the
+/// OpenTelemetry export) reads when the run ends. Never memory: a record grows with the run,
+/// and a run's memory must not.
 #[derive(Debug)]
 enum Sink {
     File(std::io::BufWriter<std::fs::File>),
-    Memory(Vec<u8>),
+    Temp(std::io::BufWriter<std::fs::File>, tempfile::TempPath),
 }
 
 /// Writes a record as the run goes. Each line after the header carries `t`, the
@@ -79,13 +81,23 @@ pub(crate) struct Recorder {
     failed: Option<String>,
 }
 
-/// What a finished recording holds.
+/// Where a finished record is.
 #[derive(Debug)]
 pub(crate) enum Written {
-    /// The record is in this file.
+    /// In this file (`--record`).
     File(PathBuf),
-    /// The record, in memory.
-    Memory(Vec<u8>),
+    /// In a temporary file, removed when this is dropped.
+    Temp(tempfile::TempPath),
+}
+
+impl Written {
+    /// The file holding the record.
+    pub(crate) fn path(&self) -> &Path {
+        match self {
+            Written::File(path) => path,
+            Written::Temp(path) => path,
+        }
+    }
 }
 
 impl Recorder {
@@ -100,9 +112,16 @@ impl Recorder {
         )
     }
 
-    /// Record into memory (the run history keeps it).
-    pub(crate) fn in_memory(header: &Header) -> Result<Recorder, String> {
-        Recorder::start(Sink::Memory(Vec::new()), None, header)
+    /// Record into a temporary file (the run history keeps it when the run ends).
+    pub(crate) fn temporary(header: &Header) -> Result<Recorder, String> {
+        let (file, path) = tempfile::NamedTempFile::new()
+            .map_err(|e| format!("cannot record the run: {e}"))?
+            .into_parts();
+        Recorder::start(
+            Sink::Temp(std::io::BufWriter::new(file), path),
+            None,
+            header,
+        )
     }
 
     fn start(out: Sink, path: Option<&Path>, header: &Header) -> Result<Recorder, String> {
@@ -121,14 +140,13 @@ impl Recorder {
             return;
         }
         let written = match &mut self.out {
-            Sink::File(out) => writeln!(out, "{value}"),
-            Sink::Memory(out) => writeln!(out, "{value}"),
+            Sink::File(out) | Sink::Temp(out, _) => writeln!(out, "{value}"),
         };
         if let Err(e) = written {
             let name = self
                 .path
                 .as_ref()
-                .map_or("(memory)".to_owned(), |p| p.display().to_string());
+                .map_or("(a temporary file)".to_owned(), |p| p.display().to_string());
             self.failed = Some(format!("cannot write the record {name}: {e}"));
         }
     }
@@ -143,13 +161,46 @@ impl Recorder {
 
     /// An effect as issued, and the task that issued it (for timelines).
     pub(crate) fn issued(&mut self, id: EffectId, effect: &Effect, task: Option<String>) {
-        let request = serde_json::to_value(effect).unwrap_or(Json::Null);
-        self.line(json!({"effect": id, "request": request, "task": task}));
+        // Written straight from the effect: a model round's request can be large, and
+        // building a JSON value of it first would copy it all once more.
+        let t = self.elapsed();
+        let task = serde_json::to_string(&task).unwrap_or_else(|_| "null".to_owned());
+        self.raw(|out| {
+            write!(out, r#"{{"effect":{id},"request":"#)?;
+            serde_json::to_writer(&mut *out, effect)?;
+            writeln!(out, r#","task":{task},"t":{t}}}"#)?;
+            Ok(())
+        });
+    }
+
+    fn elapsed(&self) -> u64 {
+        u64::try_from(self.started.elapsed().as_millis()).unwrap_or(u64::MAX)
+    }
+
+    /// Write one line with `write`, straight into the sink.
+    fn raw(
+        &mut self,
+        write: impl FnOnce(&mut dyn Write) -> Result<(), Box<dyn std::error::Error>>,
+    ) {
+        if self.failed.is_some() {
+            return;
+        }
+        let written = match &mut self.out {
+            Sink::File(out) | Sink::Temp(out, _) => write(out),
+        };
+        if let Err(e) = written {
+            self.failed = Some(format!("cannot write the record: {e}"));
+        }
     }
 
     pub(crate) fn answered(&mut self, id: EffectId, answer: &Answer, step: u64) {
-        let value = serde_json::to_value(answer).unwrap_or(Json::Null);
-        self.line(json!({"answer": id, "value": value, "step": step}));
+        let t = self.elapsed();
+        self.raw(|out| {
+            write!(out, r#"{{"answer":{id},"value":"#)?;
+            serde_json::to_writer(&mut *out, answer)?;
+            writeln!(out, r#","step":{step},"t":{t}}}"#)?;
+            Ok(())
+        });
     }
 
     pub(crate) fn withdrawn(&mut self, id: EffectId) {
@@ -178,7 +229,11 @@ impl Recorder {
                     .map_err(|e| format!("cannot write the record {}: {e}", path.display()))?;
                 Ok(Written::File(path))
             }
-            Sink::Memory(bytes) => Ok(Written::Memory(bytes)),
+            Sink::Temp(mut out, path) => {
+                out.flush()
+                    .map_err(|e| format!("cannot write the record: {e}"))?;
+                Ok(Written::Temp(path))
+            }
         }
     }
 }

@@ -576,7 +576,7 @@ fn execute(
         host = host.recorder(crate::record::Recorder::create(path, &header)?);
     } else if history.is_some() || otel.is_some() {
         let header = record_header(args, text, &ctx);
-        host = host.recorder(crate::record::Recorder::in_memory(&header)?);
+        host = host.recorder(crate::record::Recorder::temporary(&header)?);
     }
     let info = crate::otel::RunInfo {
         name: prompt.frontmatter.name.clone(),
@@ -593,20 +593,23 @@ fn execute(
     if let Some(recorder) = host.take_recorder() {
         let wall_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
         let kept = recorder.finish(&outcome).and_then(|written| {
-            let bytes = match written {
-                crate::record::Written::Memory(bytes) => bytes,
-                crate::record::Written::File(path) => {
-                    std::fs::read(&path).map_err(|e| format!("{}: {e}", path.display()))?
-                }
+            let path = written.path();
+            let open = || {
+                std::fs::File::open(path)
+                    .map(std::io::BufReader::new)
+                    .map_err(|e| format!("{}: {e}", path.display()))
             };
-            if let Some(url) = &otel
-                && let Err(e) = crate::otel::export(url, &bytes, &info)
-            {
-                crate::ui::print_line(&format!("warning: {e}"));
+            if let Some(url) = &otel {
+                let sent = std::fs::read(path)
+                    .map_err(|e| format!("{}: {e}", path.display()))
+                    .and_then(|bytes| crate::otel::export(url, &bytes, &info));
+                if let Err(e) = sent {
+                    crate::ui::print_line(&format!("warning: {e}"));
+                }
             }
             match &history {
                 Some(db) => crate::history::History::open(db)?
-                    .add(&bytes[..], wall_ms)
+                    .add(open()?, wall_ms)
                     .map(|_| ()),
                 None => Ok(()),
             }
