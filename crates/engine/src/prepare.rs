@@ -5,25 +5,35 @@ use std::collections::BTreeSet;
 
 use promptforge_syntax::frontmatter::{Frontmatter, Keyword};
 
-/// A model's thinking capability.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+/// A model's thinking capability (chapter 10): the three modes a model catalog records. The
+/// one definition: the Harness's catalog, providers and scripted model use this type too.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 pub enum ThinkingCapability {
-    /// It never thinks.
+    /// It never thinks; the `thinking` keyword is unmet.
+    #[serde(alias = "never")]
     Never,
-    /// It always thinks.
+    /// It always thinks; the `no-thinking` keyword is unmet.
+    #[serde(alias = "always")]
     Always,
     /// It can switch thinking on and off per request.
+    #[serde(alias = "switchable")]
     Switchable,
 }
 
 impl ThinkingCapability {
-    /// The name the notice uses.
+    /// `Never`, `Always` or `Switchable`, as the requirements notice names it.
     pub fn as_str(self) -> &'static str {
         match self {
             ThinkingCapability::Never => "Never",
             ThinkingCapability::Always => "Always",
             ThinkingCapability::Switchable => "Switchable",
         }
+    }
+}
+
+impl std::fmt::Display for ThinkingCapability {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
     }
 }
 

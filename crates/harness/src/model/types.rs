@@ -415,46 +415,7 @@ impl Reply {
     }
 }
 
-/// A model's thinking capability (chapter 10): the three modes the catalog records.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-pub enum ThinkingCapability {
-    /// It never thinks; the `thinking` keyword is unmet.
-    #[serde(alias = "never")]
-    Never,
-    /// It always thinks; the `no-thinking` keyword is unmet.
-    #[serde(alias = "always")]
-    Always,
-    /// It can switch thinking on and off per request.
-    #[serde(alias = "switchable")]
-    Switchable,
-}
-
-impl ThinkingCapability {
-    /// `Never`, `Always` or `Switchable`, as the requirements notice names it.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Never => "Never",
-            Self::Always => "Always",
-            Self::Switchable => "Switchable",
-        }
-    }
-}
-
-impl fmt::Display for ThinkingCapability {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-impl From<ThinkingCapability> for promptforge_engine::ThinkingCapability {
-    fn from(value: ThinkingCapability) -> Self {
-        match value {
-            ThinkingCapability::Never => Self::Never,
-            ThinkingCapability::Always => Self::Always,
-            ThinkingCapability::Switchable => Self::Switchable,
-        }
-    }
-}
+pub use promptforge_engine::ThinkingCapability;
 
 /// Which wire protocol and defaults a catalog entry uses.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
@@ -596,7 +557,7 @@ impl ModelDescription {
         promptforge_engine::ModelInfo {
             id: self.id.clone(),
             context: self.context,
-            thinking: self.thinking.into(),
+            thinking: self.thinking,
             description: self.description.clone(),
         }
     }
