@@ -498,17 +498,8 @@ fn batch_inner(args: &BatchArgs, ui: Ui) -> Result<ExitCode, String> {
     }
     let shard = args.shard.as_deref().map(parse_shard).transpose()?;
     let text = read_prompt(&args.prompt)?;
-    let prompt = Prompt::parse(&text).map_err(|err| {
-        let at = crate::source::display_location(&err)
-            .map(|(line, col)| format!(":{line}:{col}"))
-            .unwrap_or_default();
-        format!(
-            "{}{at}: error[{}]: {}",
-            args.prompt.display(),
-            err.kind,
-            err.message
-        )
-    })?;
+    let prompt = Prompt::parse(&text)
+        .map_err(|err| crate::source::parse_failure_line(&args.prompt, &err))?;
     if let Some(decl) = &prompt.frontmatter.input {
         return Err(format!(
             "this prompt reads the input file `{}`; batch runs have no --input-file yet: pass \

@@ -226,17 +226,8 @@ impl Description {
 /// Parse a prompt file for its description; the error is a one-line report.
 pub(crate) fn load(path: &Path) -> Result<Description, String> {
     let text = read_prompt(path)?;
-    let prompt = Prompt::parse(&text).map_err(|err| {
-        let at = crate::source::display_location(&err)
-            .map(|(line, col)| format!(":{line}:{col}"))
-            .unwrap_or_default();
-        format!(
-            "{}{at}: error[{}]: {}",
-            path.display(),
-            err.kind,
-            err.message
-        )
-    })?;
+    let prompt =
+        Prompt::parse(&text).map_err(|err| crate::source::parse_failure_line(path, &err))?;
     Ok(Description::of(&prompt))
 }
 

@@ -315,40 +315,25 @@ impl History {
         };
         let io = |e: std::io::Error| format!("cannot write the record: {e}");
         writeln!(out, "{header}").map_err(io)?;
+        // Each query streams its rows straight out, so an export of a long run holds one
+        // row at a time.
+        let mut withdrawn: Vec<i64> = Vec::new();
         let mut stmt = self
             .conn
             .prepare(
-                "SELECT effect_id, request, issued_ms, answer, answer_step, answered_ms, withdrawn, task
+                "SELECT effect_id, request, issued_ms, withdrawn, task
                  FROM effects WHERE run_id = ?1 ORDER BY effect_id",
             )
             .map_err(err)?;
-        type Row = (
-            i64,
-            String,
-            Option<i64>,
-            Option<String>,
-            Option<i64>,
-            Option<i64>,
-            bool,
-            Option<String>,
-        );
-        let rows: Vec<Row> = stmt
-            .query_map(params![id], |r| {
-                Ok((
-                    r.get(0)?,
-                    r.get(1)?,
-                    r.get(2)?,
-                    r.get(3)?,
-                    r.get(4)?,
-                    r.get(5)?,
-                    r.get(6)?,
-                    r.get(7)?,
-                ))
-            })
-            .map_err(err)?
-            .collect::<Result<_, _>>()
-            .map_err(err)?;
-        for (effect, request, issued, .., task) in &rows {
+        let mut rows = stmt.query(params![id]).map_err(err)?;
+        while let Some(row) = rows.next().map_err(err)? {
+            let effect: i64 = row.get(0).map_err(err)?;
+            let request: String = row.get(1).map_err(err)?;
+            let issued: Option<i64> = row.get(2).map_err(err)?;
+            let task: Option<String> = row.get(4).map_err(err)?;
+            if row.get::<_, bool>(3).map_err(err)? {
+                withdrawn.push(effect);
+            }
             writeln!(
                 out,
                 r#"{{"effect":{effect},"request":{request},"task":{},"t":{}}}"#,
@@ -360,29 +345,26 @@ impl History {
         // Answers in the order they were handed over.
         let mut stmt = self
             .conn
-            .prepare("SELECT effect_id FROM effects WHERE run_id = ?1 AND answer IS NOT NULL ORDER BY answer_seq")
+            .prepare(
+                "SELECT effect_id, answer, answer_step, answered_ms FROM effects
+                 WHERE run_id = ?1 AND answer IS NOT NULL ORDER BY answer_seq",
+            )
             .map_err(err)?;
-        let order: Vec<i64> = stmt
-            .query_map(params![id], |r| r.get(0))
-            .map_err(err)?
-            .collect::<Result<_, _>>()
-            .map_err(err)?;
-        for effect in order {
-            if let Some((_, _, _, Some(answer), Some(step), answered, _, _)) =
-                rows.iter().find(|r| r.0 == effect)
-            {
-                writeln!(
-                    out,
-                    r#"{{"answer":{effect},"value":{answer},"step":{step},"t":{}}}"#,
-                    answered.unwrap_or(0)
-                )
-                .map_err(io)?;
-            }
+        let mut rows = stmt.query(params![id]).map_err(err)?;
+        while let Some(row) = rows.next().map_err(err)? {
+            let effect: i64 = row.get(0).map_err(err)?;
+            let answer: String = row.get(1).map_err(err)?;
+            let step: i64 = row.get(2).map_err(err)?;
+            let answered: Option<i64> = row.get(3).map_err(err)?;
+            writeln!(
+                out,
+                r#"{{"answer":{effect},"value":{answer},"step":{step},"t":{}}}"#,
+                answered.unwrap_or(0)
+            )
+            .map_err(io)?;
         }
-        for (effect, .., withdrawn, _) in &rows {
-            if *withdrawn {
-                writeln!(out, r#"{{"withdrawn":{effect}}}"#).map_err(io)?;
-            }
+        for effect in withdrawn {
+            writeln!(out, r#"{{"withdrawn":{effect}}}"#).map_err(io)?;
         }
         let cancels: Vec<u64> = serde_json::from_str(&cancels).unwrap_or_default();
         for step in cancels {

@@ -24,7 +24,7 @@ use serde_json::Value as Json;
 
 use crate::host::{Host, Notes, Operator, channel};
 use crate::record::{Record, Replay, compare, sha256_hex};
-use crate::run::{Config, Ui, current_model, outcome_json, web_plugin};
+use crate::run::{Config, Ui, current_model, exit_code, outcome_json, web_plugin};
 use crate::source::read_prompt;
 
 #[derive(Debug, Args)]
@@ -179,14 +179,6 @@ fn settle(
             );
             exit_code(outcome)
         }
-    }
-}
-
-fn exit_code(outcome: &Outcome) -> ExitCode {
-    match outcome {
-        Outcome::Completed(_) => ExitCode::SUCCESS,
-        Outcome::Failed(_) => ExitCode::from(1),
-        Outcome::Cancelled => ExitCode::from(130),
     }
 }
 

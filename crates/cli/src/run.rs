@@ -755,6 +755,11 @@ fn report(args: &RunArgs, finished: &Finished, verbose: u8) -> ExitCode {
             }
         }
     }
+    exit_code(outcome)
+}
+
+/// A run's exit status: 0 completed, 1 failed, 130 cancelled.
+pub(crate) fn exit_code(outcome: &Outcome) -> ExitCode {
     match outcome {
         Outcome::Completed(_) => ExitCode::SUCCESS,
         Outcome::Failed(_) => ExitCode::from(1),

@@ -27,6 +27,20 @@ pub fn display_location(err: &ParseError) -> Option<(u32, u32)> {
     None
 }
 
+/// A parse failure as one line for people: `FILE:LINE:COL: error[KIND]: message` (the location
+/// left out when there is none).
+pub fn parse_failure_line(path: &Path, err: &ParseError) -> String {
+    let at = display_location(err)
+        .map(|(line, col)| format!(":{line}:{col}"))
+        .unwrap_or_default();
+    format!(
+        "{}{at}: error[{}]: {}",
+        path.display(),
+        err.kind,
+        err.message
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
