@@ -81,7 +81,7 @@ struct FileLine {
     description: String,
 }
 
-fn arg_value_json(value: &ArgValue) -> Json {
+pub(crate) fn arg_value_json(value: &ArgValue) -> Json {
     match value {
         ArgValue::String(s) => Json::String(s.clone()),
         ArgValue::Boolean(b) => Json::Bool(*b),

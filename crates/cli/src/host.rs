@@ -16,6 +16,7 @@ use promptforge_engine::protocol::{
     store_answer, store_error_answer,
 };
 use promptforge_engine::{Event, Outcome, Run};
+use promptforge_harness::mcp::McpPlugins;
 use promptforge_harness::model::{
     ModelDescription, ModelError, ModelProvider, ReplyObserver, Usage, reply_answer, round_request,
 };
@@ -142,6 +143,9 @@ pub struct Host {
     recorder: Option<Recorder>,
     /// Answers the run from a record (`replay`).
     replay: Option<Replay>,
+    /// The MCP Plugins, and whether this Host stops their servers when it is done (it does
+    /// when they run on its own runtime).
+    mcp: Option<(Arc<McpPlugins>, bool)>,
 }
 
 /// The tokio runtime a Host drives its effects on: its own, or one shared by many runs (a
@@ -296,6 +300,7 @@ impl Host {
             asking: Default::default(),
             recorder: None,
             replay: None,
+            mcp: None,
         })
     }
 
@@ -311,11 +316,52 @@ impl Host {
         self
     }
 
+    /// Report the run's progress to `reporter` as well.
+    pub fn reporting(mut self, reporter: crate::ui::Reporter) -> Self {
+        self.progress =
+            std::mem::replace(&mut self.progress, Progress::new(false)).reporting(reporter);
+        self
+    }
+
     /// Drive effects on a multi-thread runtime shared with other runs (a batch), whose
     /// providers' connection pools live on it.
     pub fn shared_runtime(mut self, handle: tokio::runtime::Handle) -> Self {
         self.runtime = HostRuntime::Shared(handle);
         self
+    }
+
+    /// Offer the MCP servers of the config as Plugins `mcp/NAME`. Servers started for a run
+    /// on the Host's own runtime stop when the Host is dropped; on a shared runtime, whoever
+    /// shares them stops them.
+    pub fn mcp(mut self, plugins: Arc<McpPlugins>) -> Self {
+        let own = matches!(self.runtime, HostRuntime::Own(_));
+        self.mcp = Some((plugins, own));
+        self
+    }
+
+    /// Activate the MCP Plugins the prompt declares (`mcp/NAME` with a configured server):
+    /// each server starts, all at once, and lists its tools; the registry entries come back
+    /// in declaration order for the run's Host state.
+    pub fn activate_mcp(
+        &self,
+        frontmatter: &promptforge_syntax::frontmatter::Frontmatter,
+    ) -> Vec<promptforge_engine::PluginInfo> {
+        let Some((plugins, _)) = &self.mcp else {
+            return Vec::new();
+        };
+        let wanted: Vec<&str> = frontmatter
+            .plugins
+            .iter()
+            .filter_map(|p| promptforge_harness::mcp::server_of_plugin(&p.id))
+            .filter(|name| plugins.configured(name))
+            .collect();
+        if wanted.is_empty() {
+            return Vec::new();
+        }
+        let infos = self.runtime.block_on(futures_util::future::join_all(
+            wanted.iter().map(|name| plugins.plugin_info(name)),
+        ));
+        infos.into_iter().flatten().collect()
     }
 
     /// Write the run down as it goes.
@@ -547,6 +593,22 @@ impl Host {
                     self.ask(id, AskShape::Tool)
                 } else if let Some(web) = self.web.clone().filter(|_| WebPlugin::owns(&path)) {
                     self.web_call(id, web, path, args)
+                } else if let Some((mcp, _)) = self.mcp.as_ref().filter(|_| McpPlugins::owns(&path))
+                {
+                    let (mcp, tx) = (mcp.clone(), self.tx.clone());
+                    // Withdrawing the call (a cancelled run or task) aborts this task, and
+                    // dropping the request tells the server to cancel it.
+                    Started::Task(
+                        self.runtime
+                            .spawn(async move {
+                                let answer = match mcp.call(&path, &args).await {
+                                    Ok(text) => Answer::Value(Json::String(text)),
+                                    Err(message) => tool_failure(&message),
+                                };
+                                let _ = tx.send(HostMessage::Answer(id, answer));
+                            })
+                            .abort_handle(),
+                    )
                 } else {
                     Started::Now(tool_failure(&format!(
                         "this Host has no tool at {path} (alias {alias})"
@@ -616,6 +678,7 @@ impl Host {
             Err(message) => return Started::Now(internal(message, RunErrorKind::Internal)),
         };
         let infer = round.infer;
+        self.progress.round_sent(task.as_deref());
         if let Some(result) = model.provider.answer_at_once(&request) {
             if let Ok(reply) = &result {
                 self.progress.round_finished(id, Some(reply.usage.as_ref()));
@@ -648,6 +711,14 @@ impl Host {
                 })
                 .abort_handle(),
         )
+    }
+}
+
+impl Drop for Host {
+    fn drop(&mut self) {
+        if let Some((mcp, true)) = self.mcp.take() {
+            self.runtime.block_on(mcp.shutdown());
+        }
     }
 }
 

@@ -11,6 +11,7 @@ mod describe;
 mod history;
 mod host;
 mod html;
+mod mcp;
 mod models;
 mod otel;
 mod record;
@@ -60,6 +61,9 @@ enum Command {
     Describe(describe::DescribeArgs),
     /// List the model catalog (promptforge.toml, the user config file, and quick ids).
     Models(models::ModelsArgs),
+    /// MCP: serve prompt files as tools to agents (`mcp serve DIR`), or list a configured
+    /// MCP server's tools (`mcp tools NAME`).
+    Mcp(mcp::McpArgs),
     /// Print a shell completion script: `promptforge completions bash > ...`.
     Completions {
         /// The shell.
@@ -103,6 +107,7 @@ fn main() -> ExitCode {
         Command::Runs(args) => history::runs(&args),
         Command::Describe(args) => describe::describe(&args),
         Command::Models(args) => models::models(&args),
+        Command::Mcp(args) => mcp::mcp(&args),
         Command::Completions { shell } => {
             let mut command = Cli::command();
             clap_complete::generate(shell, &mut command, "promptforge", &mut std::io::stdout());

@@ -244,6 +244,25 @@ impl Config {
             .as_ref()
             .map_err(Clone::clone)
     }
+
+    /// The MCP Plugins of the config's `[mcp.servers]` tables, when the prompt declares one
+    /// (`mcp/NAME`); a config that cannot be read then is an error, as for a model.
+    pub(crate) fn mcp_plugins(
+        &self,
+        frontmatter: &promptforge_syntax::frontmatter::Frontmatter,
+    ) -> Result<Option<Arc<promptforge_harness::mcp::McpPlugins>>, String> {
+        let declares = frontmatter
+            .plugins
+            .iter()
+            .any(|p| promptforge_harness::mcp::server_of_plugin(&p.id).is_some());
+        if !declares {
+            return Ok(None);
+        }
+        let servers = self.catalog()?.mcp_servers().clone();
+        Ok(Some(Arc::new(promptforge_harness::mcp::McpPlugins::new(
+            servers,
+        ))))
+    }
 }
 
 /// The Host's current model: the scripted model of `script`, the `model` id, or the
@@ -429,12 +448,21 @@ pub(crate) fn open_store(store: Option<&std::path::Path>) -> Result<(Store, Stor
 
 /// A record's header for this run.
 fn record_header(args: &RunArgs, text: &str, ctx: &RunContext) -> crate::record::Header {
+    header_for(args.prompt_path(), text, ctx)
+}
+
+/// A record's header for a run of the prompt at `path`, whose text is `text`.
+pub(crate) fn header_for(
+    path: &std::path::Path,
+    text: &str,
+    ctx: &RunContext,
+) -> crate::record::Header {
     crate::record::Header {
         record: "promptforge-run".to_owned(),
         version: crate::record::RECORD_VERSION,
         tool: concat!("promptforge ", env!("CARGO_PKG_VERSION")).to_owned(),
         prompt: crate::record::PromptId {
-            path: args.prompt_path().to_path_buf(),
+            path: path.to_path_buf(),
             sha256: crate::record::sha256_hex(text),
         },
         seed: ctx.seed,
@@ -569,6 +597,17 @@ fn execute(
     )?
     .notes(notes)
     .progress(ui.progress && !args.json && !args.events);
+    match config.mcp_plugins(&prompt.frontmatter) {
+        Ok(Some(plugins)) => host = host.mcp(plugins),
+        Ok(None) => {}
+        Err(e) => {
+            tidy(&dir);
+            return Err(e);
+        }
+    }
+    ctx.host
+        .plugins
+        .extend(host.activate_mcp(&prompt.frontmatter));
     let history = (!args.no_history).then(crate::history::location).flatten();
     let otel = crate::otel::endpoint();
     if let Some(path) = &args.record {
@@ -592,31 +631,14 @@ fn execute(
     let outcome = host.drive(&mut run, &mut |event| show_event(event, events, json));
     if let Some(recorder) = host.take_recorder() {
         let wall_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
-        let kept = recorder.finish(&outcome).and_then(|written| {
-            let path = written.path();
-            let open = || {
-                std::fs::File::open(path)
-                    .map(std::io::BufReader::new)
-                    .map_err(|e| format!("{}: {e}", path.display()))
-            };
-            if let Some(url) = &otel {
-                let sent = std::fs::read(path)
-                    .map_err(|e| format!("{}: {e}", path.display()))
-                    .and_then(|bytes| crate::otel::export(url, &bytes, &info));
-                if let Err(e) = sent {
-                    crate::ui::print_line(&format!("warning: {e}"));
-                }
-            }
-            match &history {
-                Some(db) => crate::history::History::open(db)?
-                    .add(open()?, wall_ms)
-                    .map(|_| ()),
-                None => Ok(()),
-            }
-        });
-        if let Err(e) = kept {
-            crate::ui::print_line(&format!("warning: {e}"));
-        }
+        keep_record(
+            recorder,
+            &outcome,
+            wall_ms,
+            history.as_deref(),
+            otel.as_deref(),
+            &info,
+        );
     }
     let summary = host.progress_state().drawn().then(|| {
         let price = model.as_ref().and_then(|m| m.description.price.as_ref());
@@ -669,6 +691,44 @@ fn execute(
         diagnosis,
         summary,
     })
+}
+
+/// Finish a run's record and keep it: exported to the OpenTelemetry endpoint when one is set,
+/// and added to the run history when it is on. A failure to keep it is a warning, never the
+/// run's failure.
+pub(crate) fn keep_record(
+    recorder: crate::record::Recorder,
+    outcome: &Outcome,
+    wall_ms: u64,
+    history: Option<&std::path::Path>,
+    otel: Option<&str>,
+    info: &crate::otel::RunInfo,
+) {
+    let kept = recorder.finish(outcome).and_then(|written| {
+        let path = written.path();
+        let open = || {
+            std::fs::File::open(path)
+                .map(std::io::BufReader::new)
+                .map_err(|e| format!("{}: {e}", path.display()))
+        };
+        if let Some(url) = otel {
+            let sent = std::fs::read(path)
+                .map_err(|e| format!("{}: {e}", path.display()))
+                .and_then(|bytes| crate::otel::export(url, &bytes, info));
+            if let Err(e) = sent {
+                crate::ui::print_line(&format!("warning: {e}"));
+            }
+        }
+        match history {
+            Some(db) => crate::history::History::open(db)?
+                .add(open()?, wall_ms)
+                .map(|_| ()),
+            None => Ok(()),
+        }
+    });
+    if let Err(e) = kept {
+        crate::ui::print_line(&format!("warning: {e}"));
+    }
 }
 
 /// What a person is told to do about a failure, when the Host can tell.

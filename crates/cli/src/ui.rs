@@ -237,10 +237,23 @@ impl RoundLine {
     }
 }
 
+/// Receives a run's progress as short messages (`section Main`, `model round 3`).
+pub(crate) struct Reporter(pub(crate) Box<dyn Fn(String) + Send + Sync>);
+
+impl std::fmt::Debug for Reporter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Reporter")
+    }
+}
+
 /// The live display of one run.
 #[derive(Debug)]
 pub(crate) struct Progress {
     screen: Option<Screen>,
+    /// Where progress goes besides the screen (an MCP client's progress notifications).
+    reporter: Option<Reporter>,
+    /// Rounds started so far (for the reporter's messages).
+    rounds_started: u64,
     /// Whether a display was drawn (it is cleared when the run ends).
     drawn: bool,
     totals: Totals,
@@ -289,9 +302,24 @@ impl Progress {
         Progress {
             drawn: screen.is_some(),
             screen,
+            reporter: None,
+            rounds_started: 0,
             totals: Totals::default(),
             section: String::new(),
             started: Instant::now(),
+        }
+    }
+
+    /// Also tell `reporter` each step a person would see: a section entered, a task or arm
+    /// started, a model round sent.
+    pub(crate) fn reporting(mut self, reporter: Reporter) -> Progress {
+        self.reporter = Some(reporter);
+        self
+    }
+
+    fn report(&self, message: impl FnOnce() -> String) {
+        if let Some(reporter) = &self.reporter {
+            (reporter.0)(message());
         }
     }
 
@@ -332,6 +360,19 @@ impl Progress {
 
     /// An event of the run.
     pub(crate) fn event(&mut self, event: &Event) {
+        match &event.kind {
+            EventKind::SectionStarted { section, .. } if event.task == "0" => {
+                self.report(|| format!("section {section}"));
+            }
+            EventKind::SectionStarted { section, .. } => {
+                self.report(|| format!("task {}: section {section}", event.task));
+            }
+            EventKind::TaskStarted => self.report(|| format!("task {} started", event.task)),
+            EventKind::Log { section, message } => {
+                self.report(|| format!("[{section}] {message}"));
+            }
+            _ => {}
+        }
         let Some(screen) = &mut self.screen else {
             return;
         };
@@ -362,6 +403,16 @@ impl Progress {
             _ => return,
         }
         self.refresh_main();
+    }
+
+    /// A model round is sent for `task` (every round, those answered at once included).
+    pub(crate) fn round_sent(&mut self, task: Option<&str>) {
+        self.rounds_started += 1;
+        let n = self.rounds_started;
+        self.report(|| match task {
+            Some(task) if task != "0" => format!("model round {n} (task {task})"),
+            _ => format!("model round {n}"),
+        });
     }
 
     /// A model round goes out for `task` (the issuing task, when the run knows it).

@@ -5,6 +5,7 @@
 //! disk), and the Host's model catalog. Nothing here decides what a prompt means.
 
 pub mod limits;
+pub mod mcp;
 pub mod model;
 pub mod store;
 pub mod web;

@@ -136,6 +136,7 @@ struct ConfigFile {
     #[serde(default)]
     models: BTreeMap<String, ModelEntry>,
     search: Option<SearchEntry>,
+    mcp: Option<crate::mcp::McpTable>,
 }
 
 /// The `[search]` table: the search backend behind the web Plugin's search tool (see
@@ -390,6 +391,7 @@ pub struct Catalog {
     entries: BTreeMap<String, ModelEntry>,
     default: Option<String>,
     search: Option<SearchEntry>,
+    mcp_servers: BTreeMap<String, crate::mcp::McpServerEntry>,
     searched: Vec<PathBuf>,
     limits: ModelLimits,
 }
@@ -494,8 +496,26 @@ impl Catalog {
             search.source = Some(origin.to_path_buf());
             self.search = Some(search);
         }
+        for (name, mut server) in file.mcp.map(|t| t.servers).unwrap_or_default() {
+            if !crate::mcp::names::is_segment(&name) {
+                return Err(CatalogError::Parse {
+                    path: origin.to_path_buf(),
+                    message: format!(
+                        "[mcp.servers.{name}]: a server name becomes the Plugin id `mcp/NAME`, so it may contain only lowercase ASCII letters, digits, '-', '_', '.'"
+                    ),
+                });
+            }
+            server.source = Some(origin.to_path_buf());
+            self.mcp_servers.insert(name, server);
+        }
         self.searched.push(origin.to_path_buf());
         Ok(self)
+    }
+
+    /// The `[mcp.servers.NAME]` tables, by name (a project file's table replaces a user
+    /// file's of the same name).
+    pub fn mcp_servers(&self) -> &BTreeMap<String, crate::mcp::McpServerEntry> {
+        &self.mcp_servers
     }
 
     /// Use these limits for every provider the catalog builds (defaults: 120 s, 16 MiB).

@@ -1,0 +1,1150 @@
+//! `promptforge mcp`: prompts as MCP tools for any agent (`mcp serve`), and the tools of the
+//! MCP servers the config lists (`mcp tools NAME`).
+//!
+//! `mcp serve DIR...` is an MCP server (rmcp) over stdio, or streamable HTTP with `--http`.
+//! Every prompt file found under the directories is a tool and an MCP prompt: a call runs the
+//! prompt as `promptforge run` would (the server's model configuration, a memory store, no
+//! operator), with its run recorded in the history; the result comes back as text (and as
+//! structured content when it is a JSON object), a failed run as a tool error naming its run
+//! error kind. A client's cancellation cancels the run; progress notifications report the
+//! sections, tasks and model rounds. The files are watched: an edit, a new file or a removed
+//! one changes the lists and tells every client (`notifications/tools/list_changed`).
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::{Duration, SystemTime};
+
+use clap::{Args, Subcommand};
+use promptforge_engine::{Outcome, Run, RunContext};
+use promptforge_harness::mcp::McpPlugins;
+use promptforge_harness::store::Store;
+use promptforge_harness::web::WebPlugin;
+use promptforge_syntax::Prompt;
+use promptforge_syntax::frontmatter::{ArgType, Frontmatter};
+use rmcp::model::{
+    CallToolRequestParams, CallToolResponse, CallToolResult, CompleteRequestParams, CompleteResult,
+    CompletionInfo, ContentBlock, ErrorData, GetPromptRequestParams, GetPromptResponse,
+    GetPromptResult, Implementation, JsonObject, ListPromptsResult, ListToolsResult,
+    PaginatedRequestParams, ProgressNotificationParam, PromptArgument, PromptMessage, Reference,
+    Role, ServerCapabilities, ServerConfig, Tool, ToolAnnotations,
+};
+use rmcp::service::{NotificationContext, RequestContext};
+use rmcp::{Peer, RoleServer, ServerHandler, ServiceExt};
+use serde_json::{Value as Json, json};
+
+use crate::host::{CurrentModel, Host, Notes, Operator, channel};
+use crate::run::{Config, current_model, offer_plugins, web_plugin};
+
+#[derive(Debug, Args)]
+pub struct McpArgs {
+    #[command(subcommand)]
+    command: McpCommand,
+}
+
+#[derive(Debug, Subcommand)]
+enum McpCommand {
+    /// Serve the prompt files under DIR... as MCP tools and prompts (stdio, or HTTP with --http).
+    Serve(ServeArgs),
+    /// List the tools of the MCP server [mcp.servers.NAME] of promptforge.toml, with the tool
+    /// path each is bound by (`mcp/NAME/TOOL`).
+    Tools(ToolsArgs),
+}
+
+#[derive(Debug, Args)]
+struct ServeArgs {
+    /// Directories (or single files) to find prompt files in; default: the working directory.
+    #[arg(value_name = "DIR")]
+    dirs: Vec<PathBuf>,
+    /// Serve streamable HTTP at ADDR (endpoint /mcp) instead of stdio; ADDR defaults to
+    /// 127.0.0.1:8808. A non-loopback address needs --token-env.
+    #[arg(long, value_name = "ADDR", num_args = 0..=1, default_missing_value = "127.0.0.1:8808")]
+    http: Option<SocketAddr>,
+    /// Require `Authorization: Bearer TOKEN` on every HTTP request, TOKEN read from this
+    /// environment variable.
+    #[arg(long, value_name = "VAR", requires = "http")]
+    token_env: Option<String>,
+    /// The model every call runs with (default: the config's `default`).
+    #[arg(long, value_name = "ID")]
+    model: Option<String>,
+    /// Answer model rounds from this scripted-model file instead of a real model.
+    #[arg(long, value_name = "FILE", conflicts_with = "model")]
+    script: Option<PathBuf>,
+    /// Answer web tools from this scripted network file.
+    #[arg(long, value_name = "FILE")]
+    web_script: Option<PathBuf>,
+    /// Run every call with this seed (default: a fresh seed per call).
+    #[arg(long)]
+    seed: Option<u64>,
+    /// Keep no run history for the calls.
+    #[arg(long)]
+    no_history: bool,
+}
+
+#[derive(Debug, Args)]
+struct ToolsArgs {
+    /// The server's name, as in [mcp.servers.NAME].
+    name: String,
+    /// Print the tools as JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+pub fn mcp(args: &McpArgs) -> ExitCode {
+    let result = match &args.command {
+        McpCommand::Serve(serve_args) => serve(serve_args),
+        McpCommand::Tools(tools_args) => tools(tools_args),
+    };
+    match result {
+        Ok(code) => code,
+        Err(message) => {
+            eprintln!("error: {message}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+fn runtime() -> Result<tokio::runtime::Runtime, String> {
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| format!("cannot start the async runtime: {e}"))
+}
+
+/// `mcp tools NAME`: start the server and list its tools.
+fn tools(args: &ToolsArgs) -> Result<ExitCode, String> {
+    let config = Config::default();
+    let servers = config.catalog()?.mcp_servers().clone();
+    let plugins = McpPlugins::new(servers);
+    let rt = runtime()?;
+    let listed = rt.block_on(async {
+        let listed = plugins.tools(&args.name).await;
+        plugins.shutdown().await;
+        listed
+    })?;
+    if args.json {
+        let tools: Vec<Json> = listed
+            .iter()
+            .map(|t| {
+                json!({"path": format!("mcp/{}/{}", args.name, t.segment), "name": t.name,
+                       "description": t.description, "input_schema": t.input_schema})
+            })
+            .collect();
+        println!("{}", Json::Array(tools));
+        return Ok(ExitCode::SUCCESS);
+    }
+    if listed.is_empty() {
+        println!("mcp/{}: the server lists no tools", args.name);
+    }
+    let width = listed
+        .iter()
+        .map(|t| t.segment.len() + args.name.len() + 5)
+        .max()
+        .unwrap_or(0);
+    for tool in &listed {
+        let path = format!("mcp/{}/{}", args.name, tool.segment);
+        let renamed = if tool.name == tool.segment {
+            String::new()
+        } else {
+            format!(" (the server's `{}`)", tool.name)
+        };
+        let about = tool.description.lines().next().unwrap_or("");
+        println!("{path:width$}  {about}{renamed}");
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// One prompt file the server offers.
+#[derive(Debug)]
+struct Entry {
+    path: PathBuf,
+    prompt: Arc<Prompt>,
+    tool: Tool,
+    mcp_prompt: rmcp::model::Prompt,
+}
+
+/// What a directory scan found: the prompts by name, and a fingerprint of the files.
+#[derive(Debug, Default)]
+struct Library {
+    entries: BTreeMap<String, Arc<Entry>>,
+    stamp: Vec<(PathBuf, Option<SystemTime>, u64)>,
+}
+
+/// The prompt files under `dirs`, sorted: `.md` files, hidden entries, `node_modules` and
+/// `target` skipped. (A plain recursive walk: no ignore rules to honour, and it keeps the
+/// scan's order and cost obvious.)
+fn prompt_files(dirs: &[PathBuf]) -> Vec<PathBuf> {
+    fn walk(dir: &Path, out: &mut Vec<PathBuf>, depth: u32) {
+        let Ok(read) = std::fs::read_dir(dir) else {
+            return;
+        };
+        for entry in read.flatten() {
+            let name = entry.file_name();
+            let name = name.to_string_lossy();
+            if name.starts_with('.') || name == "node_modules" || name == "target" {
+                continue;
+            }
+            let path = entry.path();
+            match entry.file_type() {
+                Ok(t) if t.is_dir() && depth < 16 => walk(&path, out, depth + 1),
+                Ok(t) if t.is_file() && name.ends_with(".md") => out.push(path),
+                _ => {}
+            }
+        }
+    }
+    let mut out = Vec::new();
+    for dir in dirs {
+        if dir.is_file() {
+            out.push(dir.clone());
+        } else {
+            walk(dir, &mut out, 0);
+        }
+    }
+    out.sort();
+    out.dedup();
+    out
+}
+
+fn fingerprint(files: &[PathBuf]) -> Vec<(PathBuf, Option<SystemTime>, u64)> {
+    files
+        .iter()
+        .map(|path| {
+            let meta = std::fs::metadata(path).ok();
+            (
+                path.clone(),
+                meta.as_ref().and_then(|m| m.modified().ok()),
+                meta.map_or(0, |m| m.len()),
+            )
+        })
+        .collect()
+}
+
+/// Scan the directories; problems (a prompt that does not parse, two prompts of one name)
+/// are told on stderr.
+fn scan(dirs: &[PathBuf]) -> Library {
+    let files = prompt_files(dirs);
+    let stamp = fingerprint(&files);
+    let mut entries: BTreeMap<String, Arc<Entry>> = BTreeMap::new();
+    for path in files {
+        let Ok(text) = crate::source::read_prompt(&path) else {
+            continue;
+        };
+        // Plain Markdown (a README) is not a prompt program: only files that open with a
+        // frontmatter are reported when they do not parse.
+        let prompt = match Prompt::parse(&text) {
+            Ok(prompt) => prompt,
+            Err(err) => {
+                if text.trim_start_matches('\u{feff}').starts_with("---") {
+                    eprintln!(
+                        "promptforge mcp: skipped {}",
+                        crate::source::parse_failure_line(&path, &err)
+                    );
+                }
+                continue;
+            }
+        };
+        let name = tool_name(&prompt.frontmatter.name);
+        if let Some(first) = entries.get(&name) {
+            eprintln!(
+                "promptforge mcp: skipped {}: the tool name `{name}` is taken by {}",
+                path.display(),
+                first.path.display()
+            );
+            continue;
+        }
+        if prompt.frontmatter.input.is_some() {
+            eprintln!(
+                "promptforge mcp: skipped {}: it reads an input file, which an MCP call cannot pass",
+                path.display()
+            );
+            continue;
+        }
+        let tool = tool_of(&name, &prompt);
+        let mcp_prompt = mcp_prompt_of(&name, &prompt);
+        entries.insert(
+            name,
+            Arc::new(Entry {
+                path,
+                prompt: Arc::new(prompt),
+                tool,
+                mcp_prompt,
+            }),
+        );
+    }
+    Library { entries, stamp }
+}
+
+/// The JSON Schema of a prompt's arguments: one property per declared arg (its type, its
+/// description and default), required when neither optional nor defaulted; a prompt that
+/// takes free text takes one string, `args`.
+pub(crate) fn input_schema(fm: &Frontmatter) -> JsonObject {
+    if !fm.args.is_structured() {
+        let schema = json!({
+            "type": "object",
+            "properties": {"args": {
+                "type": "string",
+                "description": "Free text for the prompt (its argv.prose)"
+            }},
+        });
+        return as_object(schema);
+    }
+    let mut properties = serde_json::Map::new();
+    let mut required = Vec::new();
+    for arg in &fm.args.args {
+        let mut property = serde_json::Map::new();
+        property.insert("type".into(), Json::String(arg.ty.as_str().to_owned()));
+        if let Some(description) = &arg.description {
+            property.insert("description".into(), Json::String(description.clone()));
+        }
+        if let Some(default) = &arg.default {
+            property.insert("default".into(), crate::describe::arg_value_json(default));
+        }
+        if !arg.optional && arg.default.is_none() {
+            required.push(Json::String(arg.name.clone()));
+        }
+        properties.insert(arg.name.clone(), Json::Object(property));
+    }
+    as_object(json!({
+        "type": "object",
+        "properties": properties,
+        "required": required,
+        "additionalProperties": false,
+    }))
+}
+
+fn as_object(value: Json) -> JsonObject {
+    match value {
+        Json::Object(map) => map,
+        _ => JsonObject::new(),
+    }
+}
+
+/// A prompt as a tool: its name, description, argument schema, and annotations: a prompt
+/// with no Plugins touches nothing outside its own run (its store is the run's own), one with
+/// Plugins reaches the world; no run is idempotent, since a model answers it.
+fn tool_of(name: &str, prompt: &Prompt) -> Tool {
+    let fm = &prompt.frontmatter;
+    let reaches_out = !fm.plugins.is_empty();
+    let annotations = ToolAnnotations::with_title(prompt.title.clone())
+        .read_only(!reaches_out)
+        .destructive(false)
+        .idempotent(false)
+        .open_world(reaches_out);
+    Tool::new(name.to_owned(), fm.description.clone(), input_schema(fm))
+        .with_title(prompt.title.clone())
+        .with_annotations(annotations)
+}
+
+fn mcp_prompt_of(name: &str, prompt: &Prompt) -> rmcp::model::Prompt {
+    let fm = &prompt.frontmatter;
+    let arguments: Vec<PromptArgument> = if fm.args.is_structured() {
+        fm.args
+            .args
+            .iter()
+            .map(|arg| {
+                let mut argument = PromptArgument::new(arg.name.clone())
+                    .with_required(!arg.optional && arg.default.is_none());
+                if let Some(description) = &arg.description {
+                    argument = argument.with_description(description.clone());
+                }
+                argument
+            })
+            .collect()
+    } else {
+        vec![
+            PromptArgument::new("args")
+                .with_description("Free text for the prompt (its argv.prose)")
+                .with_required(false),
+        ]
+    };
+    rmcp::model::Prompt::new(
+        name.to_owned(),
+        Some(fm.description.clone()),
+        Some(arguments),
+    )
+    .with_title(prompt.title.clone())
+}
+
+/// A call's arguments as the run's argument string: the free text, or the JSON object.
+fn argument_string(fm: &Frontmatter, arguments: &JsonObject) -> Result<Option<String>, String> {
+    if fm.args.is_structured() {
+        return Ok(Some(Json::Object(arguments.clone()).to_string()));
+    }
+    match arguments.get("args") {
+        None | Some(Json::Null) => Ok(None),
+        Some(Json::String(text)) => Ok(Some(text.clone())),
+        Some(other) => Err(format!("`args` must be a string, got {other}")),
+    }
+}
+
+/// MCP prompt arguments are strings: each becomes its declared type.
+fn typed_prompt_arguments(fm: &Frontmatter, given: &JsonObject) -> Result<JsonObject, String> {
+    if !fm.args.is_structured() {
+        return Ok(given.clone());
+    }
+    let mut out = JsonObject::new();
+    for (name, value) in given {
+        let Some(decl) = fm.args.get(name) else {
+            out.insert(name.clone(), value.clone());
+            continue;
+        };
+        let typed = match (value, decl.ty) {
+            (Json::String(text), ArgType::Integer) => text
+                .trim()
+                .parse::<i64>()
+                .map(Json::from)
+                .map_err(|_| format!("argument `{name}` must be an integer, got {text:?}"))?,
+            (Json::String(text), ArgType::Number) => text
+                .trim()
+                .parse::<f64>()
+                .ok()
+                .and_then(serde_json::Number::from_f64)
+                .map(Json::Number)
+                .ok_or_else(|| format!("argument `{name}` must be a number, got {text:?}"))?,
+            (Json::String(text), ArgType::Boolean) => match text.trim() {
+                "true" => Json::Bool(true),
+                "false" => Json::Bool(false),
+                _ => {
+                    return Err(format!(
+                        "argument `{name}` must be true or false, got {text:?}"
+                    ));
+                }
+            },
+            (other, _) => other.clone(),
+        };
+        out.insert(name.clone(), typed);
+    }
+    Ok(out)
+}
+
+/// The values to offer for argument `name` of a prompt, given what was typed so far.
+fn completions(fm: &Frontmatter, name: &str, typed: &str) -> Vec<String> {
+    let Some(decl) = fm.args.is_structured().then(|| fm.args.get(name)).flatten() else {
+        return Vec::new();
+    };
+    let mut values: Vec<String> = Vec::new();
+    if let Some(default) = &decl.default {
+        values.push(match crate::describe::arg_value_json(default) {
+            Json::String(text) => text,
+            other => other.to_string(),
+        });
+    }
+    if decl.ty == ArgType::Boolean {
+        for word in ["false", "true"] {
+            if !values.iter().any(|v| v == word) {
+                values.push(word.to_owned());
+            }
+        }
+    }
+    values.retain(|v| v.starts_with(typed));
+    values
+}
+
+/// The MCP tool name of a prompt name: MCP names keep to `A-Z a-z 0-9 _ - .` and at most 128
+/// characters, so any other character becomes `_` and a longer name is cut.
+fn tool_name(name: &str) -> String {
+    let mapped: String = name
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.') {
+                c
+            } else {
+                '_'
+            }
+        })
+        .take(128)
+        .collect();
+    if mapped.is_empty() {
+        "_".to_owned()
+    } else {
+        mapped
+    }
+}
+
+/// What every call shares.
+struct Shared {
+    dirs: Vec<PathBuf>,
+    library: RwLock<Library>,
+    model: Option<CurrentModel>,
+    web: Arc<WebPlugin>,
+    mcp: Arc<McpPlugins>,
+    seed: Option<u64>,
+    history: Option<PathBuf>,
+    runtime: tokio::runtime::Handle,
+    /// The connected clients (stdio, and HTTP sessions), for list-changed notifications.
+    peers: Mutex<Vec<Peer<RoleServer>>>,
+    /// Changes for clients that listen (the stateless protocol's subscriptions).
+    changes: tokio::sync::broadcast::Sender<()>,
+}
+
+impl std::fmt::Debug for Shared {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Shared")
+            .field("dirs", &self.dirs)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The MCP server: one per connection (HTTP sessions each get one), all sharing [`Shared`].
+#[derive(Debug, Clone)]
+struct PromptServer(Arc<Shared>);
+
+/// How a call ended, for the client.
+struct Called {
+    outcome: Outcome,
+}
+
+impl PromptServer {
+    fn entry(&self, name: &str) -> Option<Arc<Entry>> {
+        self.0
+            .library
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .entries
+            .get(name)
+            .cloned()
+    }
+
+    /// Run a prompt for a call: on a blocking thread (the Host drives its effects on the
+    /// shared runtime), cancelled when `ct` fires, its progress sent to `progress`.
+    async fn run(
+        &self,
+        entry: Arc<Entry>,
+        args: Option<String>,
+        ct: tokio_util::sync::CancellationToken,
+        progress: Option<tokio::sync::mpsc::UnboundedSender<String>>,
+    ) -> Result<Called, String> {
+        let cancel = Arc::new(AtomicBool::new(false));
+        let (tx, rx) = channel();
+        let wake = tx.clone();
+        let shared = self.0.clone();
+        let job = {
+            let cancel = cancel.clone();
+            tokio::task::spawn_blocking(move || {
+                run_entry(&shared, &entry, args, cancel, (tx, rx), progress)
+            })
+        };
+        tokio::pin!(job);
+        tokio::select! {
+            done = &mut job => done.map_err(|e| format!("the run stopped: {e}")),
+            () = ct.cancelled() => {
+                cancel.store(true, Ordering::Relaxed);
+                let _ = wake.send(crate::host::HostMessage::Wake);
+                job.await.map_err(|e| format!("the run stopped: {e}"))
+            }
+        }
+    }
+
+    /// Tell every client the lists changed.
+    async fn announce(&self) {
+        let peers: Vec<Peer<RoleServer>> = {
+            let mut peers = self.0.peers.lock().unwrap_or_else(|e| e.into_inner());
+            peers.retain(|p| !p.is_transport_closed());
+            peers.clone()
+        };
+        for peer in peers {
+            let _ = peer.notify_tool_list_changed().await;
+            let _ = peer.notify_prompt_list_changed().await;
+        }
+        let _ = self.0.changes.send(());
+    }
+}
+
+/// One call's run, as `promptforge run` would do it with no operator and a memory store.
+fn run_entry(
+    shared: &Shared,
+    entry: &Entry,
+    args: Option<String>,
+    cancel: Arc<AtomicBool>,
+    messages: (
+        tokio::sync::mpsc::UnboundedSender<crate::host::HostMessage>,
+        tokio::sync::mpsc::UnboundedReceiver<crate::host::HostMessage>,
+    ),
+    progress: Option<tokio::sync::mpsc::UnboundedSender<String>>,
+) -> Called {
+    let start_ms = chrono::Utc::now().timestamp_millis();
+    let seed = shared.seed.unwrap_or_else(crate::run::os_seed);
+    let mut ctx = RunContext::new(seed, start_ms);
+    ctx.args = args.clone();
+    ctx.cancel = cancel.clone();
+    ctx.execution = entry.prompt.frontmatter.name.clone();
+    ctx.host.model = shared.model.as_ref().map(|m| m.description.engine_info());
+    let operator = Operator::Nobody;
+    offer_plugins(&mut ctx, &operator, &shared.web);
+    let host = Host::new(
+        shared.model.clone(),
+        Some(shared.web.clone()),
+        Store::memory(),
+        operator,
+        cancel,
+        messages,
+    );
+    let mut host = match host {
+        Ok(host) => host
+            .notes(Notes::Keep)
+            .shared_runtime(shared.runtime.clone())
+            .mcp(shared.mcp.clone()),
+        Err(message) => {
+            return Called {
+                outcome: Outcome::Failed(promptforge_engine::RunError::new(
+                    promptforge_engine::protocol::RunErrorKind::Internal,
+                    message,
+                )),
+            };
+        }
+    };
+    if let Some(progress) = progress {
+        host = host.reporting(crate::ui::Reporter(Box::new(move |message| {
+            let _ = progress.send(message);
+        })));
+    }
+    ctx.host
+        .plugins
+        .extend(host.activate_mcp(&entry.prompt.frontmatter));
+    let text = std::fs::read_to_string(&entry.path).unwrap_or_default();
+    if shared.history.is_some() {
+        let header = crate::run::header_for(&entry.path, &text, &ctx);
+        match crate::record::Recorder::temporary(&header) {
+            Ok(recorder) => host = host.recorder(recorder),
+            Err(e) => crate::ui::print_line(&format!("warning: {e}")),
+        }
+    }
+    let info = crate::otel::RunInfo {
+        name: entry.prompt.frontmatter.name.clone(),
+        provider: shared
+            .model
+            .as_ref()
+            .map(|m| m.description.provider.as_str().to_owned()),
+        model: shared.model.as_ref().map(|m| m.description.model.clone()),
+        started: SystemTime::now(),
+    };
+    let started = std::time::Instant::now();
+    let mut run = Run::new(entry.prompt.clone(), ctx);
+    let outcome = host.drive(&mut run, &mut |_| {});
+    if let Some(recorder) = host.take_recorder() {
+        let wall_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
+        crate::run::keep_record(
+            recorder,
+            &outcome,
+            wall_ms,
+            shared.history.as_deref(),
+            crate::otel::endpoint().as_deref(),
+            &info,
+        );
+    }
+    Called { outcome }
+}
+
+/// A run's outcome as a tool result: the result text (and the object, when it is a JSON
+/// object), or a tool error naming the run error kind.
+fn tool_result(outcome: &Outcome) -> CallToolResult {
+    match outcome {
+        Outcome::Completed(result) => {
+            let mut called = CallToolResult::success(vec![ContentBlock::text(result.clone())]);
+            if let Ok(value @ Json::Object(_)) = serde_json::from_str::<Json>(result) {
+                called.structured_content = Some(value);
+            }
+            called
+        }
+        Outcome::Failed(err) => CallToolResult::error(vec![ContentBlock::text(format!(
+            "the run failed with run error kind {}: {}",
+            err.kind, err.message
+        ))]),
+        Outcome::Cancelled => {
+            CallToolResult::error(vec![ContentBlock::text("the run was cancelled")])
+        }
+    }
+}
+
+/// Forward a run's progress messages to the client as progress notifications, when the
+/// request asked for them. The task ends when the run drops its sender; the response waits
+/// for it, so every notification reaches the client before the result.
+fn forward_progress(
+    cx: &RequestContext<RoleServer>,
+) -> (
+    Option<tokio::sync::mpsc::UnboundedSender<String>>,
+    Option<tokio::task::JoinHandle<()>>,
+) {
+    let Some(token) = cx.meta.get_progress_token() else {
+        return (None, None);
+    };
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<String>();
+    let peer = cx.peer.clone();
+    let forwarding = tokio::spawn(async move {
+        let mut n = 0u32;
+        while let Some(message) = rx.recv().await {
+            n += 1;
+            let param =
+                ProgressNotificationParam::new(token.clone(), f64::from(n)).with_message(message);
+            if peer.notify_progress(param).await.is_err() {
+                break;
+            }
+        }
+    });
+    (Some(tx), Some(forwarding))
+}
+
+impl ServerHandler for PromptServer {
+    fn get_info(&self) -> ServerConfig {
+        ServerConfig::new(
+            ServerCapabilities::builder()
+                .enable_tools()
+                .enable_tool_list_changed()
+                .enable_prompts()
+                .enable_prompts_list_changed()
+                .enable_completions()
+                .build(),
+        )
+        .with_server_info(Implementation::new("promptforge", env!("CARGO_PKG_VERSION")))
+        .with_instructions(
+            "Each tool runs a PromptForge prompt file with the arguments given and returns its result.",
+        )
+    }
+
+    async fn list_tools(
+        &self,
+        _page: Option<PaginatedRequestParams>,
+        _cx: RequestContext<RoleServer>,
+    ) -> Result<ListToolsResult, ErrorData> {
+        let library = self.0.library.read().unwrap_or_else(|e| e.into_inner());
+        Ok(ListToolsResult::with_all_items(
+            library.entries.values().map(|e| e.tool.clone()).collect(),
+        ))
+    }
+
+    fn get_tool(&self, name: &str) -> Option<Tool> {
+        self.entry(name).map(|e| e.tool.clone())
+    }
+
+    async fn call_tool(
+        &self,
+        request: CallToolRequestParams,
+        cx: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, ErrorData> {
+        let Some(entry) = self.entry(&request.name) else {
+            return Err(ErrorData::invalid_params(
+                format!("unknown tool: {}", request.name),
+                None,
+            ));
+        };
+        let arguments = request.arguments.unwrap_or_default();
+        let args = argument_string(&entry.prompt.frontmatter, &arguments)
+            .map_err(|message| ErrorData::invalid_params(message, None))?;
+        let (progress, forwarding) = forward_progress(&cx);
+        let called = self.run(entry, args, cx.ct.clone(), progress).await;
+        if let Some(forwarding) = forwarding {
+            let _ = forwarding.await;
+        }
+        let called = called.map_err(|message| ErrorData::internal_error(message, None))?;
+        Ok(tool_result(&called.outcome).into())
+    }
+
+    async fn list_prompts(
+        &self,
+        _page: Option<PaginatedRequestParams>,
+        _cx: RequestContext<RoleServer>,
+    ) -> Result<ListPromptsResult, ErrorData> {
+        let library = self.0.library.read().unwrap_or_else(|e| e.into_inner());
+        Ok(ListPromptsResult::with_all_items(
+            library
+                .entries
+                .values()
+                .map(|e| e.mcp_prompt.clone())
+                .collect(),
+        ))
+    }
+
+    /// An MCP prompt is the message the prompt program computes: getting one runs it and
+    /// returns its result as a user message.
+    async fn get_prompt(
+        &self,
+        request: GetPromptRequestParams,
+        cx: RequestContext<RoleServer>,
+    ) -> Result<GetPromptResponse, ErrorData> {
+        let Some(entry) = self.entry(&request.name) else {
+            return Err(ErrorData::invalid_params(
+                format!("unknown prompt: {}", request.name),
+                None,
+            ));
+        };
+        let given = request.arguments.unwrap_or_default();
+        let typed = typed_prompt_arguments(&entry.prompt.frontmatter, &given)
+            .map_err(|message| ErrorData::invalid_params(message, None))?;
+        let args = argument_string(&entry.prompt.frontmatter, &typed)
+            .map_err(|message| ErrorData::invalid_params(message, None))?;
+        let description = entry.prompt.frontmatter.description.clone();
+        let (progress, forwarding) = forward_progress(&cx);
+        let called = self.run(entry, args, cx.ct.clone(), progress).await;
+        if let Some(forwarding) = forwarding {
+            let _ = forwarding.await;
+        }
+        let called = called.map_err(|message| ErrorData::internal_error(message, None))?;
+        match &called.outcome {
+            Outcome::Completed(result) => Ok(GetPromptResult::new(vec![PromptMessage::new_text(
+                Role::User,
+                result.clone(),
+            )])
+            .with_description(description)
+            .into()),
+            Outcome::Failed(err) => Err(ErrorData::internal_error(
+                format!(
+                    "the run failed with run error kind {}: {}",
+                    err.kind, err.message
+                ),
+                None,
+            )),
+            Outcome::Cancelled => Err(ErrorData::internal_error("the run was cancelled", None)),
+        }
+    }
+
+    /// Completions for a prompt's arguments: `true`/`false` for a boolean, the default for
+    /// an arg that has one, each only when it starts with what was typed.
+    async fn complete(
+        &self,
+        request: CompleteRequestParams,
+        _cx: RequestContext<RoleServer>,
+    ) -> Result<CompleteResult, ErrorData> {
+        let Reference::Prompt(prompt) = &request.r#ref else {
+            return Ok(CompleteResult::default());
+        };
+        let Some(entry) = self.entry(&prompt.name) else {
+            return Err(ErrorData::invalid_params(
+                format!("unknown prompt: {}", prompt.name),
+                None,
+            ));
+        };
+        let values = completions(
+            &entry.prompt.frontmatter,
+            &request.argument.name,
+            &request.argument.value,
+        );
+        Ok(CompletionInfo::with_all_values(values)
+            .map(CompleteResult::new)
+            .unwrap_or_default())
+    }
+
+    async fn on_initialized(&self, cx: NotificationContext<RoleServer>) {
+        self.0
+            .peers
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(cx.peer.clone());
+    }
+}
+
+/// Rescan the directories twice a second and announce a change. (Polling: it sees edits on
+/// every file system, network mounts and container bind mounts included, where change
+/// notifications are not delivered, and a stat per prompt file costs nothing next to a run.)
+async fn watch(server: PromptServer) {
+    let mut tick = tokio::time::interval(Duration::from_millis(500));
+    loop {
+        tick.tick().await;
+        let dirs = server.0.dirs.clone();
+        let current = {
+            let library = server.0.library.read().unwrap_or_else(|e| e.into_inner());
+            library.stamp.clone()
+        };
+        let files = tokio::task::spawn_blocking(move || fingerprint(&prompt_files(&dirs))).await;
+        let Ok(stamp) = files else { continue };
+        if stamp == current {
+            continue;
+        }
+        let dirs = server.0.dirs.clone();
+        let Ok(library) = tokio::task::spawn_blocking(move || scan(&dirs)).await else {
+            continue;
+        };
+        let changed = {
+            let mut old = server.0.library.write().unwrap_or_else(|e| e.into_inner());
+            let same = old.entries.len() == library.entries.len()
+                && old
+                    .entries
+                    .iter()
+                    .zip(library.entries.iter())
+                    .all(|(a, b)| {
+                        a.0 == b.0 && a.1.tool == b.1.tool && a.1.mcp_prompt == b.1.mcp_prompt
+                    });
+            *old = library;
+            !same
+        };
+        if changed {
+            server.announce().await;
+        }
+    }
+}
+
+fn serve(args: &ServeArgs) -> Result<ExitCode, String> {
+    let dirs = if args.dirs.is_empty() {
+        vec![PathBuf::from(".")]
+    } else {
+        args.dirs.clone()
+    };
+    for dir in &dirs {
+        if !dir.exists() {
+            return Err(format!("{}: no such file or directory", dir.display()));
+        }
+    }
+    let token = match &args.token_env {
+        Some(var) => match std::env::var(var) {
+            Ok(token) if !token.is_empty() => Some(token),
+            _ => return Err(format!("--token-env {var}: the variable is not set")),
+        },
+        None => None,
+    };
+    if let Some(addr) = args.http
+        && !addr.ip().is_loopback()
+        && token.is_none()
+    {
+        return Err(format!(
+            "--http {addr} is not a loopback address: anyone who reaches it could run these prompts; set --token-env VAR to require a bearer token"
+        ));
+    }
+    let config = Config::default();
+    let model = current_model(args.script.as_deref(), args.model.as_deref(), &config)?;
+    let web = web_plugin(args.web_script.as_deref(), &config)?;
+    // The config's MCP servers are there for prompts that bind them; a config that cannot be
+    // read leaves them out (the prompts that need one then say so when called).
+    let servers = config
+        .catalog()
+        .map(|c| c.mcp_servers().clone())
+        .unwrap_or_default();
+    let rt = runtime()?;
+    let library = scan(&dirs);
+    let count = library.entries.len();
+    let (changes, _) = tokio::sync::broadcast::channel(16);
+    let shared = Arc::new(Shared {
+        dirs,
+        library: RwLock::new(library),
+        model,
+        web: Arc::new(web),
+        mcp: Arc::new(McpPlugins::new(servers)),
+        seed: args.seed,
+        history: (!args.no_history).then(crate::history::location).flatten(),
+        runtime: rt.handle().clone(),
+        peers: Mutex::new(Vec::new()),
+        changes,
+    });
+    let server = PromptServer(shared.clone());
+    let result = rt.block_on(async {
+        tokio::spawn(watch(server.clone()));
+        let served = match args.http {
+            None => {
+                eprintln!(
+                    "promptforge mcp: serving {} over stdio",
+                    crate::ui::plural(count as u64, "prompt")
+                );
+                serve_stdio(server).await
+            }
+            Some(addr) => serve_http(server, addr, token).await,
+        };
+        shared.mcp.shutdown().await;
+        served
+    });
+    rt.shutdown_timeout(Duration::from_secs(1));
+    result.map(|()| ExitCode::SUCCESS)
+}
+
+async fn serve_stdio(server: PromptServer) -> Result<(), String> {
+    let running = server
+        .serve(rmcp::transport::stdio())
+        .await
+        .map_err(|e| format!("the MCP client did not connect: {e}"))?;
+    running
+        .waiting()
+        .await
+        .map(|_| ())
+        .map_err(|e| format!("the MCP connection failed: {e}"))
+}
+
+async fn serve_http(
+    server: PromptServer,
+    addr: SocketAddr,
+    token: Option<String>,
+) -> Result<(), String> {
+    use rmcp::transport::streamable_http_server::{
+        StreamableHttpServerConfig, StreamableHttpService, session::local::LocalSessionManager,
+    };
+    let mut config = StreamableHttpServerConfig::default();
+    if !addr.ip().is_loopback() {
+        // Reached under other names than localhost; the bearer token guards it.
+        config = config.disable_allowed_hosts();
+    }
+    let factory = server.clone();
+    let service: StreamableHttpService<PromptServer, LocalSessionManager> =
+        StreamableHttpService::new(
+            move || Ok(factory.clone()),
+            Arc::new(LocalSessionManager::default()),
+            config,
+        );
+    let token = Arc::new(token);
+    let app = axum::Router::new()
+        .nest_service("/mcp", service)
+        .layer(axum::middleware::from_fn(move |req, next| {
+            let token = token.clone();
+            require_bearer(token, req, next)
+        }));
+    let listener = tokio::net::TcpListener::bind(addr)
+        .await
+        .map_err(|e| format!("--http {addr}: {e}"))?;
+    let bound = listener
+        .local_addr()
+        .map_err(|e| format!("--http {addr}: {e}"))?;
+    let count = server
+        .0
+        .library
+        .read()
+        .unwrap_or_else(|e| e.into_inner())
+        .entries
+        .len();
+    eprintln!(
+        "promptforge mcp: serving {} at http://{bound}/mcp",
+        crate::ui::plural(count as u64, "prompt")
+    );
+    axum::serve(listener, app)
+        .with_graceful_shutdown(async {
+            let _ = tokio::signal::ctrl_c().await;
+        })
+        .await
+        .map_err(|e| format!("the HTTP server failed: {e}"))
+}
+
+async fn require_bearer(
+    token: Arc<Option<String>>,
+    req: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> axum::response::Response {
+    use axum::http::{StatusCode, header};
+    use axum::response::IntoResponse;
+    if let Some(expected) = token.as_ref() {
+        let given = req
+            .headers()
+            .get(header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.strip_prefix("Bearer "));
+        let ok = given.is_some_and(|given| constant_time_eq(given.as_bytes(), expected.as_bytes()));
+        if !ok {
+            return (
+                StatusCode::UNAUTHORIZED,
+                [(header::WWW_AUTHENTICATE, "Bearer")],
+                "a bearer token is required",
+            )
+                .into_response();
+        }
+    }
+    next.run(req).await
+}
+
+/// Compare without returning early at the first difference, so the time taken does not tell
+/// how much of a guessed token was right.
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    if a.len() != b.len() {
+        return false;
+    }
+    a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn prompt(frontmatter: &str) -> Prompt {
+        let text = format!(
+            "---\nname: t\ndescription: d\npromptforge: 0\n{frontmatter}---\n\n# T\n\n## S\n\n```lua\nreturn 'x'\n```\n"
+        );
+        match Prompt::parse(&text) {
+            Ok(p) => p,
+            Err(e) => panic!("{e:?}"),
+        }
+    }
+
+    #[test]
+    fn free_text_prompts_take_one_string() {
+        let p = prompt("");
+        let schema = Json::Object(input_schema(&p.frontmatter));
+        assert_eq!(schema["properties"]["args"]["type"], "string");
+        let mut given = JsonObject::new();
+        given.insert("args".into(), json!("hello"));
+        assert_eq!(
+            argument_string(&p.frontmatter, &given),
+            Ok(Some("hello".into()))
+        );
+        assert_eq!(
+            argument_string(&p.frontmatter, &JsonObject::new()),
+            Ok(None)
+        );
+        given.insert("args".into(), json!(3));
+        assert!(argument_string(&p.frontmatter, &given).is_err());
+    }
+
+    #[test]
+    fn declared_args_become_typed_properties() {
+        let p = prompt(
+            "args:\n  topic:\n    type: string\n    description: What about\n  count:\n    type: integer\n    default: 3\n  loud:\n    type: boolean\n    optional: true\n",
+        );
+        let schema = Json::Object(input_schema(&p.frontmatter));
+        assert_eq!(schema["properties"]["topic"]["type"], "string");
+        assert_eq!(schema["properties"]["topic"]["description"], "What about");
+        assert_eq!(schema["properties"]["count"]["type"], "integer");
+        assert_eq!(schema["properties"]["count"]["default"], 3);
+        assert_eq!(schema["required"], json!(["topic"]));
+        assert_eq!(schema["additionalProperties"], false);
+        let mut given = JsonObject::new();
+        given.insert("count".into(), json!("7"));
+        given.insert("loud".into(), json!("true"));
+        let typed = typed_prompt_arguments(&p.frontmatter, &given);
+        assert_eq!(
+            typed.map(Json::Object),
+            Ok(json!({"count": 7, "loud": true}))
+        );
+        given.insert("count".into(), json!("seven"));
+        assert!(typed_prompt_arguments(&p.frontmatter, &given).is_err());
+    }
+
+    #[test]
+    fn results_that_are_objects_are_structured() {
+        let done = tool_result(&Outcome::Completed("{\"a\":1}".into()));
+        assert_eq!(done.structured_content, Some(json!({"a": 1})));
+        assert_eq!(done.is_error, Some(false));
+        let plain = tool_result(&Outcome::Completed("[1]".into()));
+        assert_eq!(plain.structured_content, None);
+        let failed = tool_result(&Outcome::Failed(promptforge_engine::RunError::new(
+            promptforge_engine::protocol::RunErrorKind::Tool,
+            "tool call failure: x",
+        )));
+        assert_eq!(failed.is_error, Some(true));
+        let text = failed.content[0].as_text().map(|t| t.text.clone());
+        assert_eq!(
+            text.as_deref(),
+            Some("the run failed with run error kind Tool: tool call failure: x")
+        );
+    }
+
+    #[test]
+    fn tool_names_keep_to_the_mcp_characters() {
+        assert_eq!(tool_name("greet"), "greet");
+        assert_eq!(tool_name("vfs-end-to-end"), "vfs-end-to-end");
+        assert_eq!(tool_name("Research a person"), "Research_a_person");
+        assert_eq!(tool_name("café"), "caf_");
+        assert_eq!(tool_name(&"x".repeat(200)).len(), 128);
+    }
+
+    #[test]
+    fn completions_offer_defaults_and_booleans() {
+        let p = prompt(
+            "args:\n  loud:\n    type: boolean\n    optional: true\n  mood:\n    type: string\n    default: calm\n",
+        );
+        assert_eq!(completions(&p.frontmatter, "loud", ""), ["false", "true"]);
+        assert_eq!(completions(&p.frontmatter, "loud", "t"), ["true"]);
+        assert_eq!(completions(&p.frontmatter, "mood", "c"), ["calm"]);
+        assert!(completions(&p.frontmatter, "nope", "").is_empty());
+    }
+
+    #[test]
+    fn tokens_compare_whole() {
+        assert!(constant_time_eq(b"abc", b"abc"));
+        assert!(!constant_time_eq(b"abc", b"abd"));
+        assert!(!constant_time_eq(b"abc", b"ab"));
+    }
+}

@@ -1,0 +1,98 @@
+"""An MCP client made with the official Python SDK, driving `promptforge mcp serve`.
+
+Usage: client.py SCENARIO URL_OR_DASH [COMMAND ARGS...]
+With URL_OR_DASH `-`, the server is COMMAND ARGS over stdio; otherwise the streamable HTTP
+endpoint at that URL, with `Authorization: Bearer $MCP_TOKEN` when MCP_TOKEN is set.
+Prints one JSON object per line for the Rust test to read.
+"""
+import json
+import os
+import sys
+
+import anyio
+import mcp.types as types
+from mcp import ClientSession, StdioServerParameters
+from mcp.client.stdio import stdio_client
+
+
+def say(**fields):
+    print(json.dumps(fields), flush=True)
+
+
+async def scenario(name, session, changed):
+    await session.initialize()
+    if name == "call":
+        tools = await session.list_tools()
+        say(tools=sorted(t.name for t in tools.tools))
+        r = await session.call_tool("greet", {"who": "Ada", "times": 2})
+        say(text=r.content[0].text, is_error=bool(r.is_error))
+        r = await session.call_tool("facts", {})
+        say(text=r.content[0].text, structured=r.structured_content)
+        r = await session.call_tool("broken", {})
+        say(text=r.content[0].text, is_error=bool(r.is_error))
+        p = await session.get_prompt("greet", {"who": "Bob", "times": "3"})
+        say(prompt=p.messages[0].content.text)
+        seen = []
+
+        async def on_progress(progress, total, message):
+            seen.append(message)
+
+        r = await session.call_tool("ask", {}, progress_callback=on_progress)
+        say(text=r.content[0].text, progress=seen)
+    elif name == "cancel":
+        seen = []
+
+        async def on_progress(progress, total, message):
+            seen.append(message)
+
+        with anyio.move_on_after(float(os.environ.get("CANCEL_AFTER", "2"))) as scope:
+            await session.call_tool("spin", {}, progress_callback=on_progress)
+        say(cancelled=scope.cancelled_caught, progress=seen)
+        r = await session.call_tool("shout", {"args": "still here"})
+        say(text=r.content[0].text)
+    elif name == "watch":
+        tools = await session.list_tools()
+        say(tools=sorted(t.name for t in tools.tools))
+        with anyio.fail_after(20):
+            await changed.wait()
+        tools = await session.list_tools()
+        say(changed=True, tools=sorted(t.name for t in tools.tools))
+    else:
+        raise SystemExit(f"unknown scenario {name}")
+
+
+async def main():
+    name, target, *command = sys.argv[1:]
+    changed = anyio.Event()
+
+    async def on_message(message):
+        if isinstance(message, types.ServerNotification) and isinstance(
+            message, types.ToolListChangedNotification
+        ):
+            changed.set()
+        root = getattr(message, "root", None)
+        if isinstance(root, types.ToolListChangedNotification) or isinstance(
+            message, types.ToolListChangedNotification
+        ):
+            changed.set()
+
+    if target == "-":
+        params = StdioServerParameters(command=command[0], args=command[1:], env=dict(os.environ))
+        async with stdio_client(params) as (read, write):
+            async with ClientSession(read, write, message_handler=on_message) as session:
+                await scenario(name, session, changed)
+    else:
+        from mcp.client.streamable_http import streamable_http_client
+        from mcp.shared._httpx_utils import create_mcp_http_client
+
+        headers = {}
+        if os.environ.get("MCP_TOKEN"):
+            headers["Authorization"] = "Bearer " + os.environ["MCP_TOKEN"]
+        async with create_mcp_http_client(headers=headers) as http:
+            async with streamable_http_client(target, http_client=http) as streams:
+                read, write = streams[0], streams[1]
+                async with ClientSession(read, write, message_handler=on_message) as session:
+                    await scenario(name, session, changed)
+
+
+anyio.run(main)
