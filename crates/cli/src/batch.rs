@@ -213,6 +213,8 @@ struct Shared {
     cancel: Arc<AtomicBool>,
     /// The runtime every run's effects run on (the providers' connections live on it).
     runtime: tokio::runtime::Handle,
+    /// The config's MCP servers, when the prompt declares one: started once, for every run.
+    mcp: Option<Arc<promptforge_harness::mcp::McpPlugins>>,
 }
 
 fn check_expectations(input: &InputLine, result: &str) -> Result<Vec<String>, String> {
@@ -273,6 +275,12 @@ fn run_one(shared: &Shared, job: &Job) -> ResultLine {
                 .notes(Notes::Keep)
                 .round_slots(shared.slots.clone())
                 .shared_runtime(shared.runtime.clone());
+            if let Some(mcp) = &shared.mcp {
+                host = host.mcp(mcp.clone());
+            }
+            ctx.host
+                .plugins
+                .extend(host.activate_mcp(&shared.prompt.frontmatter));
             let mut run = Run::new(shared.prompt.clone(), ctx);
             let outcome = host.drive(&mut run, &mut |_| {});
             let diagnosis = host.diagnosis();
@@ -549,7 +557,9 @@ fn batch_inner(args: &BatchArgs, ui: Ui) -> Result<ExitCode, String> {
         .enable_all()
         .build()
         .map_err(|e| format!("cannot start the async runtime: {e}"))?;
+    let mcp = config.mcp_plugins(&prompt.frontmatter)?;
     let shared = Arc::new(Shared {
+        mcp,
         runtime: runtime.handle().clone(),
         prompt: Arc::new(prompt),
         model,
@@ -702,6 +712,9 @@ fn batch_inner(args: &BatchArgs, ui: Ui) -> Result<ExitCode, String> {
     });
     bar.finish_and_clear();
     let wall = started.elapsed();
+    if let Some(mcp) = &shared.mcp {
+        runtime.block_on(mcp.shutdown());
+    }
     if let Some(message) = failure.lock().unwrap_or_else(|e| e.into_inner()).take() {
         return Err(message);
     }

@@ -756,6 +756,16 @@ fn hints(finished: &Finished) -> Vec<String> {
                 .to_owned(),
         );
     }
+    for line in message.lines() {
+        if let Some(server) = line
+            .strip_prefix("- missing required Plugin: mcp/")
+            .filter(|name| !name.contains('/'))
+        {
+            hints.push(format!(
+                "mcp/{server} is an MCP server of the Host's: add a [mcp.servers.{server}] table with its `command` or `url` to promptforge.toml (see docs/mcp.md)"
+            ));
+        }
+    }
     if err.kind == RunErrorKind::Completion {
         if let Some(detail) = &finished.diagnosis.detail {
             hints.push(detail.clone());

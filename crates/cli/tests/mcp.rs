@@ -622,6 +622,47 @@ return msgs[2].tool_calls[1].name .. '|' .. result .. '|' .. msgs[#msgs].content
         text(&out.stdout).trim_end(),
         "echo|Echo: ping|It said ping back."
     );
+
+    // A batch starts the server once and every run calls it.
+    let batched = r#"---
+name: echo-batch
+description: Echoes its argument through the reference server
+promptforge: 0
+plugins:
+  - mcp/everything
+tools:
+  echo: mcp/everything/echo
+---
+
+# Echo batch
+
+## Echo
+
+```lua
+return string.match(tools.call('echo', { message = args }), 'Echo: [^\n]*')
+```
+"#;
+    std::fs::write(dir.path().join("batch.md"), batched).unwrap();
+    let inputs: String = ["one", "two", "three"]
+        .iter()
+        .map(|w| {
+            format!(
+                "{}\n",
+                serde_json::json!({"args": w, "expect": format!("Echo: {w}")})
+            )
+        })
+        .collect();
+    std::fs::write(dir.path().join("inputs.jsonl"), inputs).unwrap();
+    let out = promptforge(dir.path())
+        .args(["batch", "batch.md", "--inputs", "inputs.jsonl"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}\n{}",
+        text(&out.stdout),
+        text(&out.stderr)
+    );
 }
 
 #[test]
@@ -719,6 +760,10 @@ return 'never'
             "- mcp/missing failed to activate: cannot start `/nonexistent/mcp-server`: No such file or directory (os error 2) (check [mcp.servers.missing] in {})",
             config.display()
         )),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("hint: mcp/unconfigured is an MCP server of the Host's: add a [mcp.servers.unconfigured] table"),
         "{stderr}"
     );
     let listed = promptforge(dir.path())
