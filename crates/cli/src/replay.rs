@@ -131,6 +131,13 @@ fn replay_inner(args: &ReplayArgs) -> Result<ExitCode, String> {
         Notes::Stderr
     })
     .replay(Replay::new(&record, args.then_live));
+    // Live, the prompt's MCP servers start on their first call (the record holds the Host
+    // state they were offered in).
+    if args.then_live
+        && let Some(mcp) = config.mcp_plugins(&prompt.frontmatter)?
+    {
+        host = host.mcp(mcp);
+    }
     let mut run = Run::new(Arc::new(prompt), ctx);
     let mut events: Vec<Json> = Vec::new();
     let outcome = host.drive(&mut run, &mut |event| {

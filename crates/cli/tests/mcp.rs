@@ -720,6 +720,55 @@ return sum_text .. ' ' .. back_text .. ' ' .. tostring(ok) .. ' ' .. err.kind ..
 }
 
 #[test]
+fn cancelling_a_run_cancels_its_mcp_tool_call_on_the_server() {
+    let Some(tools) = Tools::find() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let mark = dir.path().join("mark");
+    std::fs::write(
+        dir.path().join("promptforge.toml"),
+        format!(
+            "[mcp.servers.sleeper]\ncommand = {:?}\nargs = [{:?}, {:?}]\nenv = {{ FASTMCP_LOG_LEVEL = \"WARNING\", FASTMCP_CHECK_FOR_UPDATES = \"off\" }}\n",
+            tools.python().to_str().unwrap(),
+            fixtures().join("sleeper.py").to_str().unwrap(),
+            mark.to_str().unwrap(),
+        ),
+    )
+    .unwrap();
+    std::fs::write(
+        dir.path().join("sleep.md"),
+        "---\nname: sleep\ndescription: Waits on an MCP tool until cancelled\npromptforge: 0\nplugins:\n  - mcp/sleeper\ntools:\n  wait: mcp/sleeper/wait\n---\n\n# Sleep\n\n## Wait\n\n```lua\nreturn tools.call('wait', { seconds = 60 })\n```\n",
+    )
+    .unwrap();
+    let mut child = promptforge(dir.path())
+        .args(["run", "sleep.md"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !std::fs::read_to_string(&mark).is_ok_and(|m| m.contains("started")) {
+        assert!(Instant::now() < deadline, "the tool call never started");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let killed = Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(killed.success());
+    assert_eq!(child.wait().unwrap().code(), Some(130));
+    // The server heard of it: its tool's task was cancelled.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !std::fs::read_to_string(&mark).is_ok_and(|m| m.contains("cancelled")) {
+        assert!(
+            Instant::now() < deadline,
+            "the server never saw the cancellation: {:?}",
+            std::fs::read_to_string(&mark)
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
 fn a_server_that_cannot_start_fails_activation() {
     // No interop tools needed: the server does not exist.
     let dir = tempfile::tempdir().unwrap();
