@@ -492,11 +492,6 @@ impl std::fmt::Debug for Shared {
 #[derive(Debug, Clone)]
 struct PromptServer(Arc<Shared>);
 
-/// How a call ended, for the client.
-struct Called {
-    outcome: Outcome,
-}
-
 impl PromptServer {
     fn entry(&self, name: &str) -> Option<Arc<Entry>> {
         self.0
@@ -516,7 +511,7 @@ impl PromptServer {
         args: Option<String>,
         ct: tokio_util::sync::CancellationToken,
         progress: Option<tokio::sync::mpsc::UnboundedSender<String>>,
-    ) -> Result<Called, String> {
+    ) -> Result<Outcome, String> {
         let cancel = Arc::new(AtomicBool::new(false));
         let (tx, rx) = channel();
         let wake = tx.clone();
@@ -536,6 +531,22 @@ impl PromptServer {
                 job.await.map_err(|e| format!("the run stopped: {e}"))
             }
         }
+    }
+
+    /// Run a prompt for a request: progress forwarded when the request asked for it (all of
+    /// it sent before this returns), cancelled with the request.
+    async fn call(
+        &self,
+        entry: Arc<Entry>,
+        args: Option<String>,
+        cx: &RequestContext<RoleServer>,
+    ) -> Result<Outcome, ErrorData> {
+        let (progress, forwarding) = forward_progress(cx);
+        let outcome = self.run(entry, args, cx.ct.clone(), progress).await;
+        if let Some(forwarding) = forwarding {
+            let _ = forwarding.await;
+        }
+        outcome.map_err(|message| ErrorData::internal_error(message, None))
     }
 
     /// Tell every client the lists changed.
@@ -564,7 +575,7 @@ fn run_entry(
         tokio::sync::mpsc::UnboundedReceiver<crate::host::HostMessage>,
     ),
     progress: Option<tokio::sync::mpsc::UnboundedSender<String>>,
-) -> Called {
+) -> Outcome {
     let start_ms = chrono::Utc::now().timestamp_millis();
     let seed = shared.seed.unwrap_or_else(crate::run::os_seed);
     let mut ctx = RunContext::new(seed, start_ms);
@@ -588,12 +599,10 @@ fn run_entry(
             .shared_runtime(shared.runtime.clone())
             .mcp(shared.mcp.clone()),
         Err(message) => {
-            return Called {
-                outcome: Outcome::Failed(promptforge_engine::RunError::new(
-                    promptforge_engine::protocol::RunErrorKind::Internal,
-                    message,
-                )),
-            };
+            return Outcome::Failed(promptforge_engine::RunError::new(
+                promptforge_engine::protocol::RunErrorKind::Internal,
+                message,
+            ));
         }
     };
     if let Some(progress) = progress {
@@ -635,7 +644,7 @@ fn run_entry(
             &info,
         );
     }
-    Called { outcome }
+    outcome
 }
 
 /// A run's outcome as a tool result: the result text (and the object, when it is a JSON
@@ -733,13 +742,8 @@ impl ServerHandler for PromptServer {
         let arguments = request.arguments.unwrap_or_default();
         let args = argument_string(&entry.prompt.frontmatter, &arguments)
             .map_err(|message| ErrorData::invalid_params(message, None))?;
-        let (progress, forwarding) = forward_progress(&cx);
-        let called = self.run(entry, args, cx.ct.clone(), progress).await;
-        if let Some(forwarding) = forwarding {
-            let _ = forwarding.await;
-        }
-        let called = called.map_err(|message| ErrorData::internal_error(message, None))?;
-        Ok(tool_result(&called.outcome).into())
+        let outcome = self.call(entry, args, &cx).await?;
+        Ok(tool_result(&outcome).into())
     }
 
     async fn list_prompts(
@@ -776,13 +780,8 @@ impl ServerHandler for PromptServer {
         let args = argument_string(&entry.prompt.frontmatter, &typed)
             .map_err(|message| ErrorData::invalid_params(message, None))?;
         let description = entry.prompt.frontmatter.description.clone();
-        let (progress, forwarding) = forward_progress(&cx);
-        let called = self.run(entry, args, cx.ct.clone(), progress).await;
-        if let Some(forwarding) = forwarding {
-            let _ = forwarding.await;
-        }
-        let called = called.map_err(|message| ErrorData::internal_error(message, None))?;
-        match &called.outcome {
+        let outcome = self.call(entry, args, &cx).await?;
+        match &outcome {
             Outcome::Completed(result) => Ok(GetPromptResult::new(vec![PromptMessage::new_text(
                 Role::User,
                 result.clone(),
