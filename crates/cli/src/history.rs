@@ -23,6 +23,10 @@ use crate::record::Header;
 /// The default size cap, in megabytes.
 const DEFAULT_CAP_MB: u64 = 256;
 
+/// How many bytes of event lines one `events` row holds (a row holds whole lines, joined by
+/// newlines; rows written before chunking hold one line each).
+const EVENT_CHUNK: usize = 64 * 1024;
+
 /// Where the history lives, or `None` when it is off.
 pub(crate) fn location() -> Option<PathBuf> {
     match std::env::var_os("PROMPTFORGE_HISTORY") {
@@ -176,8 +180,27 @@ impl History {
             let mut event = tx
                 .prepare("INSERT INTO events (run_id, seq, line) VALUES (?1, ?2, ?3)")
                 .map_err(err)?;
+            // Events are most of a long run's lines: they are kept in chunks of lines (one
+            // row per 64 KiB, not one per event), and recognised by their opening, which the
+            // recorder writes (keys in order, `event` first), without parsing them.
+            let mut chunk = String::new();
+            let mut last_seq = 0usize;
             for (seq, line) in lines.enumerate() {
                 let line = line.map_err(|e| format!("cannot read the run's record: {e}"))?;
+                if line.starts_with(r#"{"event":"#) {
+                    if !chunk.is_empty() {
+                        chunk.push('\n');
+                    }
+                    chunk.push_str(&line);
+                    last_seq = seq;
+                    if chunk.len() >= EVENT_CHUNK {
+                        event
+                            .execute(params![run_id, seq as i64, chunk])
+                            .map_err(err)?;
+                        chunk.clear();
+                    }
+                    continue;
+                }
                 let value: Json = serde_json::from_str(&line)
                     .map_err(|e| format!("the run's record holds a bad line: {e}"))?;
                 let num = |key: &str| value.get(key).and_then(Json::as_u64);
@@ -222,13 +245,14 @@ impl History {
                     withdraw.execute(params![run_id, id as i64]).map_err(err)?;
                 } else if let Some(step) = num("cancel") {
                     cancels.push(step);
-                } else if value.get("event").is_some() {
-                    event
-                        .execute(params![run_id, seq as i64, line])
-                        .map_err(err)?;
                 } else if let Some(o) = value.get("outcome") {
                     outcome = o.clone();
                 }
+            }
+            if !chunk.is_empty() {
+                event
+                    .execute(params![run_id, last_seq as i64, chunk])
+                    .map_err(err)?;
             }
         }
         tx.execute(
@@ -269,8 +293,14 @@ impl History {
                 .map_err(err)?;
             Ok(((pages - free).max(0) * page) as u64)
         };
+        if size(&self.conn)? <= cap {
+            return Ok(());
+        }
+        // Over the cap: down to four fifths of it, so that a history at its cap prunes once
+        // in many runs rather than on every one.
+        let target = cap / 5 * 4;
         let mut rounds = 0;
-        while size(&self.conn)? > cap && rounds < 1000 {
+        while size(&self.conn)? > target && rounds < 1000 {
             rounds += 1;
             // A tenth of the runs (at least one), oldest first.
             let count: i64 = self

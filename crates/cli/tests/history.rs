@@ -186,3 +186,38 @@ fn the_size_cap_prunes_the_oldest_runs() {
         .unwrap();
     assert_eq!(orphans, 0);
 }
+
+#[test]
+fn a_long_run_is_exported_line_for_line_as_it_was_recorded() {
+    // 1,500 sections write far more than one 64 KiB chunk of event lines.
+    let dir = tempfile::tempdir().unwrap();
+    let body: String = (0..1500)
+        .map(|i| format!("## S{i}\n\n```lua\nlocal x = {i}\n```\n\n"))
+        .collect();
+    std::fs::write(
+        dir.path().join("long.md"),
+        format!(
+            "---\nname: long\ndescription: many sections\npromptforge: 0\n---\n\n# Long\n\n{body}## Last\n\n```lua\nreturn 'ok'\n```\n"
+        ),
+    )
+    .unwrap();
+    let (code, stdout, stderr) = out(dir.path(), &["run", "long.md", "--record", "rec.jsonl"]);
+    assert_eq!(code, Some(0), "{stderr}");
+    assert_eq!(stdout.trim_end(), "ok");
+    let (code, listed, _) = out(dir.path(), &["runs", "--json"]);
+    assert_eq!(code, Some(0));
+    let run: Value = serde_json::from_str(listed.lines().next().unwrap()).unwrap();
+    let id = run["id"].as_i64().unwrap().to_string();
+    let (code, exported, stderr) = out(dir.path(), &["runs", "export", &id]);
+    assert_eq!(code, Some(0), "{stderr}");
+    let recorded = std::fs::read_to_string(dir.path().join("rec.jsonl")).unwrap();
+    let events = |text: &str| -> Vec<String> {
+        text.lines()
+            .filter(|l| l.starts_with(r#"{"event":"#))
+            .map(str::to_owned)
+            .collect()
+    };
+    let (want, got) = (events(&recorded), events(&exported));
+    assert!(want.len() > 9000, "{} event lines", want.len());
+    assert_eq!(got, want);
+}
