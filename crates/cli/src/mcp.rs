@@ -223,8 +223,19 @@ fn fingerprint(files: &[PathBuf]) -> Vec<(PathBuf, Option<SystemTime>, u64)> {
 }
 
 /// Scan the directories; problems (a prompt that does not parse, two prompts of one name)
-/// are told on stderr.
-fn scan(dirs: &[PathBuf]) -> Library {
+/// are told on stderr, each once while it lasts (`told` holds the ones told already).
+fn scan(dirs: &[PathBuf], told: &Mutex<std::collections::BTreeSet<String>>) -> Library {
+    let mut problems: std::collections::BTreeSet<String> = std::collections::BTreeSet::new();
+    let library = scan_quietly(dirs, &mut problems);
+    let mut told = told.lock().unwrap_or_else(|e| e.into_inner());
+    for problem in problems.difference(&told) {
+        eprintln!("promptforge mcp: skipped {problem}");
+    }
+    *told = problems;
+    library
+}
+
+fn scan_quietly(dirs: &[PathBuf], problems: &mut std::collections::BTreeSet<String>) -> Library {
     let files = prompt_files(dirs);
     let stamp = fingerprint(&files);
     let mut entries: BTreeMap<String, Arc<Entry>> = BTreeMap::new();
@@ -238,28 +249,25 @@ fn scan(dirs: &[PathBuf]) -> Library {
             Ok(prompt) => prompt,
             Err(err) => {
                 if text.trim_start_matches('\u{feff}').starts_with("---") {
-                    eprintln!(
-                        "promptforge mcp: skipped {}",
-                        crate::source::parse_failure_line(&path, &err)
-                    );
+                    problems.insert(crate::source::parse_failure_line(&path, &err));
                 }
                 continue;
             }
         };
         let name = tool_name(&prompt.frontmatter.name);
         if let Some(first) = entries.get(&name) {
-            eprintln!(
-                "promptforge mcp: skipped {}: the tool name `{name}` is taken by {}",
+            problems.insert(format!(
+                "{}: the tool name `{name}` is taken by {}",
                 path.display(),
                 first.path.display()
-            );
+            ));
             continue;
         }
         if prompt.frontmatter.input.is_some() {
-            eprintln!(
-                "promptforge mcp: skipped {}: it reads an input file, which an MCP call cannot pass",
+            problems.insert(format!(
+                "{}: it reads an input file, which an MCP call cannot pass",
                 path.display()
-            );
+            ));
             continue;
         }
         let tool = tool_of(&name, &prompt);
@@ -478,6 +486,8 @@ struct Shared {
     peers: Mutex<Vec<Peer<RoleServer>>>,
     /// Changes for clients that listen (the stateless protocol's subscriptions).
     changes: tokio::sync::broadcast::Sender<()>,
+    /// The scan's problems told on stderr already.
+    told: Mutex<std::collections::BTreeSet<String>>,
 }
 
 impl std::fmt::Debug for Shared {
@@ -851,8 +861,10 @@ async fn watch(server: PromptServer) {
         if stamp == current {
             continue;
         }
-        let dirs = server.0.dirs.clone();
-        let Ok(library) = tokio::task::spawn_blocking(move || scan(&dirs)).await else {
+        let scanning = server.clone();
+        let Ok(library) =
+            tokio::task::spawn_blocking(move || scan(&scanning.0.dirs, &scanning.0.told)).await
+        else {
             continue;
         };
         let changed = {
@@ -905,12 +917,18 @@ fn serve(args: &ServeArgs) -> Result<ExitCode, String> {
     let web = web_plugin(args.web_script.as_deref(), &config)?;
     // The config's MCP servers are there for prompts that bind them; a config that cannot be
     // read leaves them out (the prompts that need one then say so when called).
-    let servers = config
-        .catalog()
-        .map(|c| c.mcp_servers().clone())
-        .unwrap_or_default();
+    let servers = match config.catalog() {
+        Ok(catalog) => catalog.mcp_servers().clone(),
+        Err(e) => {
+            eprintln!(
+                "promptforge mcp: warning: {e}; prompts that bind an MCP server (mcp/NAME) will find none"
+            );
+            Default::default()
+        }
+    };
     let rt = runtime()?;
-    let library = scan(&dirs);
+    let told = Mutex::new(std::collections::BTreeSet::new());
+    let library = scan(&dirs, &told);
     let count = library.entries.len();
     let (changes, _) = tokio::sync::broadcast::channel(16);
     let shared = Arc::new(Shared {
@@ -924,6 +942,7 @@ fn serve(args: &ServeArgs) -> Result<ExitCode, String> {
         runtime: rt.handle().clone(),
         peers: Mutex::new(Vec::new()),
         changes,
+        told,
     });
     let server = PromptServer(shared.clone());
     let result = rt.block_on(async {

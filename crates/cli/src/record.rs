@@ -140,7 +140,9 @@ impl Recorder {
             return;
         }
         let written = match &mut self.out {
-            Sink::File(out) | Sink::Temp(out, _) => writeln!(out, "{value}"),
+            Sink::File(out) | Sink::Temp(out, _) => serde_json::to_writer(&mut *out, value)
+                .map_err(std::io::Error::from)
+                .and_then(|()| out.write_all(b"\n")),
         };
         if let Err(e) = written {
             let name = self
@@ -211,8 +213,18 @@ impl Recorder {
         self.line(json!({"cancel": step}));
     }
 
+    /// An event: the bytes `line` would write for `{"event": ..., "t": ...}` (keys in
+    /// order), written straight from the event's JSON. The history recognises event lines by
+    /// their opening `{"event":`.
     pub(crate) fn event(&mut self, event: &Event) {
-        self.line(json!({"event": crate::run::event_json(event)}));
+        let t = self.elapsed();
+        let value = crate::run::event_json(event);
+        self.raw(|out| {
+            out.write_all(br#"{"event":"#)?;
+            serde_json::to_writer(&mut *out, &value)?;
+            writeln!(out, r#","t":{t}}}"#)?;
+            Ok(())
+        });
     }
 
     /// Write the outcome and flush; a write that failed along the way is reported here.

@@ -720,6 +720,56 @@ return sum_text .. ' ' .. back_text .. ' ' .. tostring(ok) .. ' ' .. err.kind ..
 }
 
 #[test]
+fn a_served_prompt_can_itself_call_an_mcp_server() {
+    let Some(tools) = Tools::find() else { return };
+    let dir = project(&tools);
+    let library = dir.path().join("library");
+    std::fs::create_dir(&library).unwrap();
+    std::fs::write(
+        library.join("relay.md"),
+        "---\nname: relay\ndescription: Echoes its text through the reference server\npromptforge: 0\nplugins:\n  - mcp/everything\ntools:\n  echo: mcp/everything/echo\n---\n\n# Relay\n\n## Relay\n\n```lua\nreturn string.match(tools.call('echo', { message = argv.prose }), 'Echo: [^\\n]*')\n```\n",
+    )
+    .unwrap();
+    let server = HttpServer::start(dir.path(), &[library.to_str().unwrap()], &[]);
+    let history = dir.path().join("history.sqlite3");
+    for word in ["one", "two"] {
+        let called = inspector(
+            &tools,
+            &history,
+            &[&server.url],
+            &[
+                "tools/call",
+                "--tool-name",
+                "relay",
+                "--tool-arg",
+                &format!("args={word}"),
+            ],
+        );
+        assert!(called.status.success(), "{}", text(&called.stderr));
+        let called = result_json(&called);
+        assert_eq!(
+            called["result"]["content"][0]["text"],
+            format!("Echo: {word}")
+        );
+        // The annotations say a Plugin-using prompt reaches out.
+    }
+    let listed = result_json(&inspector(
+        &tools,
+        &history,
+        &[&server.url],
+        &["tools/list"],
+    ));
+    assert_eq!(
+        listed["result"]["tools"][0]["annotations"]["openWorldHint"],
+        true
+    );
+    assert_eq!(
+        listed["result"]["tools"][0]["annotations"]["readOnlyHint"],
+        false
+    );
+}
+
+#[test]
 fn cancelling_a_run_cancels_its_mcp_tool_call_on_the_server() {
     let Some(tools) = Tools::find() else { return };
     let dir = tempfile::tempdir().unwrap();
