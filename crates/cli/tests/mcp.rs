@@ -510,7 +510,8 @@ args = [{everything:?}, "stdio"]
 
 [mcp.servers.files]
 command = "node"
-args = [{filesystem:?}, {files:?}]
+args = [{filesystem:?}, "."]
+cwd = "files"
 trusted = true
 
 [mcp.servers.adder]
@@ -528,7 +529,6 @@ command = "/nonexistent/mcp-server"
 "#,
         everything = tools.everything().to_str().unwrap(),
         filesystem = tools.filesystem().to_str().unwrap(),
-        files = files.to_str().unwrap(),
         python = tools.python().to_str().unwrap(),
         adder = fixtures().join("adder.py").to_str().unwrap(),
     );

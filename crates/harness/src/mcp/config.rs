@@ -26,7 +26,8 @@ pub struct McpServerEntry {
     /// Its arguments.
     #[serde(default)]
     pub args: Vec<String>,
-    /// The working directory to start it in (default: the Host's).
+    /// The working directory to start it in (default: the Host's); a relative one is read
+    /// from the config file's folder.
     pub cwd: Option<PathBuf>,
     /// Plain settings for its environment (`NAME = "value"`); never secrets.
     #[serde(default)]

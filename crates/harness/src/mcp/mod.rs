@@ -274,7 +274,13 @@ async fn start(entry: &McpServerEntry) -> Result<Connection, String> {
             }
             command.envs(&entry.env);
             if let Some(cwd) = &entry.cwd {
-                command.current_dir(cwd);
+                // A relative `cwd` is read from the config file's folder, since the file is
+                // found by walking up from wherever the Host was started.
+                let folder = entry.source.as_deref().and_then(std::path::Path::parent);
+                command.current_dir(match folder {
+                    Some(folder) if cwd.is_relative() => folder.join(cwd),
+                    _ => cwd.clone(),
+                });
             }
             let shown = std::iter::once(program.as_str())
                 .chain(args.iter().map(String::as_str))
