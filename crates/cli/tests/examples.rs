@@ -16,6 +16,8 @@ fn root() -> PathBuf {
 fn run(args: &[&str]) -> Value {
     let dir = root();
     let output = support::promptforge(&dir)
+        // The examples run in the repository: keep their runs out of it.
+        .env("PROMPTFORGE_HISTORY", "off")
         .args([
             "run",
             "--json",
@@ -103,6 +105,8 @@ fn every_example_checks_clean() {
     files.sort();
     assert!(files.len() >= 5, "{files:?}");
     let output = support::promptforge(&dir)
+        // The examples run in the repository: keep their runs out of it.
+        .env("PROMPTFORGE_HISTORY", "off")
         .arg("check")
         .args(&files)
         .output()
