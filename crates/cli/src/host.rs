@@ -318,8 +318,7 @@ impl Host {
 
     /// Report the run's progress to `reporter` as well.
     pub fn reporting(mut self, reporter: crate::ui::Reporter) -> Self {
-        self.progress =
-            std::mem::replace(&mut self.progress, Progress::new(false)).reporting(reporter);
+        self.progress.set_reporter(reporter);
         self
     }
 

@@ -161,6 +161,8 @@ fn tools(args: &ToolsArgs) -> Result<ExitCode, String> {
 #[derive(Debug)]
 struct Entry {
     path: PathBuf,
+    /// The file's text as parsed (its hash goes into each call's record).
+    text: String,
     prompt: Arc<Prompt>,
     tool: Tool,
     mcp_prompt: rmcp::model::Prompt,
@@ -276,6 +278,7 @@ fn scan_quietly(dirs: &[PathBuf], problems: &mut std::collections::BTreeSet<Stri
             name,
             Arc::new(Entry {
                 path,
+                text,
                 prompt: Arc::new(prompt),
                 tool,
                 mcp_prompt,
@@ -623,9 +626,8 @@ fn run_entry(
     ctx.host
         .plugins
         .extend(host.activate_mcp(&entry.prompt.frontmatter));
-    let text = std::fs::read_to_string(&entry.path).unwrap_or_default();
     if shared.history.is_some() {
-        let header = crate::run::header_for(&entry.path, &text, &ctx);
+        let header = crate::run::header_for(&entry.path, &entry.text, &ctx);
         match crate::record::Recorder::temporary(&header) {
             Ok(recorder) => host = host.recorder(recorder),
             Err(e) => crate::ui::print_line(&format!("warning: {e}")),

@@ -312,9 +312,8 @@ impl Progress {
 
     /// Also tell `reporter` each step a person would see: a section entered, a task or arm
     /// started, a model round sent.
-    pub(crate) fn reporting(mut self, reporter: Reporter) -> Progress {
+    pub(crate) fn set_reporter(&mut self, reporter: Reporter) {
         self.reporter = Some(reporter);
-        self
     }
 
     fn report(&self, message: impl FnOnce() -> String) {

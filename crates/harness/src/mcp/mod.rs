@@ -248,7 +248,7 @@ async fn start(entry: &McpServerEntry) -> Result<Connection, String> {
     // server that knows only an older one answers with it and rmcp goes along.
     client_info.protocol_version = ProtocolVersion::V_2025_11_25;
     let limit = timeout.max(MIN_START);
-    let (service, stderr_tail) = match &transport {
+    let service = match &transport {
         Transport::Command { program, args } => {
             let mut command = tokio::process::Command::new(program);
             command.args(args).env_clear().kill_on_drop(true);
@@ -302,7 +302,7 @@ async fn start(entry: &McpServerEntry) -> Result<Connection, String> {
                 });
             }
             let served = tokio::time::timeout(limit, client_info.serve(child)).await;
-            let service = match served {
+            match served {
                 Ok(Ok(service)) => service,
                 Ok(Err(e)) => {
                     // Give the server's last words a moment to arrive.
@@ -318,8 +318,7 @@ async fn start(entry: &McpServerEntry) -> Result<Connection, String> {
                         limit.as_secs_f64()
                     ));
                 }
-            };
-            (service, Some(tail))
+            }
         }
         Transport::Http { url } => {
             // rmcp's HTTP client is reqwest 0.13 built without a TLS provider of its own;
@@ -338,7 +337,7 @@ async fn start(entry: &McpServerEntry) -> Result<Connection, String> {
                 }
             }
             let transport = StreamableHttpClientTransport::from_config(config);
-            let service = match tokio::time::timeout(limit, client_info.serve(transport)).await {
+            match tokio::time::timeout(limit, client_info.serve(transport)).await {
                 Ok(Ok(service)) => service,
                 Ok(Err(e)) => return Err(format!("the MCP server at {url} did not answer: {e}")),
                 Err(_) => {
@@ -347,8 +346,7 @@ async fn start(entry: &McpServerEntry) -> Result<Connection, String> {
                         limit.as_secs_f64()
                     ));
                 }
-            };
-            (service, None)
+            }
         }
     };
     let listed = match tokio::time::timeout(limit, service.list_all_tools()).await {
@@ -356,7 +354,6 @@ async fn start(entry: &McpServerEntry) -> Result<Connection, String> {
         Ok(Err(e)) => return Err(format!("cannot list the server's tools: {e}")),
         Err(_) => return Err("the server did not list its tools in time".to_owned()),
     };
-    drop(stderr_tail);
     let segments = names::segments_for(listed.iter().map(|t| t.name.as_ref()));
     let tools = listed
         .iter()
