@@ -42,7 +42,17 @@ const CANCEL_POLL_INSTRUCTIONS: u32 = 1000;
 const SHIM_NAME: &str = "=promptforge/vm.lua";
 const SHIM_SOURCE: &str = include_str!("shim/vm.lua");
 /// Shim modules loaded on a VM's first use of them: (name, chunk name, source).
-const SHIM_MODULES: [(&str, &str, &str); 7] = [
+const SHIM_MODULES: [(&str, &str, &str); 9] = [
+    (
+        "globals",
+        "=promptforge/globals.lua",
+        include_str!("shim/globals.lua"),
+    ),
+    (
+        "errors",
+        "=promptforge/errors.lua",
+        include_str!("shim/errors.lua"),
+    ),
     (
         "text",
         "=promptforge/text.lua",
@@ -335,6 +345,8 @@ enum Prose {
 #[derive(Debug)]
 struct Shared {
     prose: Prose,
+    /// Whether the prompt binds tools in `tools:` (their alias globals are installed).
+    has_bound_tools: bool,
     /// Where the suspending call in progress was made (`host('site')` records it).
     call_site: Option<(String, u32)>,
     args: String,
@@ -463,8 +475,6 @@ impl SectionVm {
             .try_upgrade()
             .ok_or_else(|| LuaFailure::new(FailureKind::Internal, "the Lua state went away"))?;
         drop(created);
-        lua.set_memory_limit(MEMORY_LIMIT)
-            .map_err(|e| LuaFailure::internal(&e))?;
         let in_h1 = matches!(cfg.argv, ArgvMode::Writable(_));
         let shared = Rc::new(RefCell::new(Shared {
             call_site: None,
@@ -491,6 +501,7 @@ impl SectionVm {
             nonce: cfg.nonce.clone(),
             jump: None,
             item: cfg.item.clone(),
+            has_bound_tools: !cfg.bound_tools.is_empty(),
         }));
         lua.gc_stop();
         let build = || -> mlua::Result<Table> {
@@ -537,6 +548,13 @@ impl SectionVm {
                 cfg_table.raw_set("input_plugin", true)?;
                 cfg_table.raw_set("input_connected", connected)?;
             }
+            // The memory ceiling applies from here on, before any Lua code runs. Values the
+            // Engine hands over (args, argv, var, item) are built first: mlua protects every
+            // table and string operation with a Lua `pcall` while a limit is set, which made
+            // building them a tenth of a section entry. What they hold still counts against
+            // the ceiling, so a section whose `var` already fills it fails at its first
+            // allocation, as an ordinary Lua memory error.
+            lua.set_memory_limit(MEMORY_LIMIT)?;
             let shim: Function = lua
                 .load(shim_bytecode())
                 .set_name(SHIM_NAME)
@@ -1132,6 +1150,12 @@ impl SectionVm {
     /// Install the declared alias globals (step 11, after the shared library load): every
     /// bound role's handle under its label.
     pub fn install_alias_globals(&self) -> Result<(), LuaFailure> {
+        // Nothing to install (no tool bound in `tools:`, no role declared): most sections.
+        let st = self.shared.borrow();
+        if !st.has_bound_tools && st.models.borrow().roles.is_empty() {
+            return Ok(());
+        }
+        drop(st);
         self.api
             .raw_get::<Function>("install_aliases")
             .and_then(|f| f.call::<()>(()))

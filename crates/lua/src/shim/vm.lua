@@ -150,19 +150,8 @@ G.pcall = function(...)
   return finish(pcall(...))
 end
 
-G.xpcall = function(...)
-  local f, handler = ...
-  if type(handler) ~= 'function' then
-    -- Stock Lua's own check and message (raised here: the stock one, called from this
-    -- stripped chunk, would name the function '?').
-    local got = select('#', ...) < 2 and 'no value' or type(handler)
-    error("bad argument #2 to 'xpcall' (function expected, got " .. got .. ')', 0)
-  end
-  return finish(xpcall(f, function(e)
-    if host('control_pending') then return e end
-    return handler(normalize(e))
-  end, select(3, ...)))
-end
+-- xpcall is built on first use, by the `errors` module (see LAZY below).
+rawset(G, 'xpcall', nil)
 
 ---------------------------------------------------------------------------------------------
 -- Proxies (var, frozen argv) share one weak map from proxy to the data it stands for.
@@ -179,8 +168,7 @@ end
 local var_data = cfg.var
 local in_h1 = cfg.h1
 local function proxies() return module('proxies') end
--- The `var` proxy once built (nil while `var` is pending), and the frozen argv.
-local var
+-- The frozen argv once built.
 local frozen_argv
 
 ---------------------------------------------------------------------------------------------
@@ -241,67 +229,10 @@ GUARD.__newindex = function(t, k, v)
   end
 end
 
--- Stock argument errors, raised here because the stock functions are no longer globals
--- (so Lua could not name them in its own message).
-local function typename(n, v)
-  if n <= 0 then return 'no value' end
-  return type(v)
-end
-
-G.getmetatable = function(...)
-  local t = ...
-  if select('#', ...) == 0 then
-    error("bad argument #1 to 'getmetatable' (value expected)", 2)
-  end
-  if rawequal(t, G) then
-    if author_mt == nil then return nil end
-    local protected = rawget(author_mt, '__metatable')
-    if protected ~= nil then return protected end
-    return author_mt
-  end
-  return getmetatable(t)
-end
-
-G.setmetatable = function(...)
-  local t, mt = ...
-  local n = select('#', ...)
-  if type(t) ~= 'table' then
-    error("bad argument #1 to 'setmetatable' (table expected, got " .. typename(n, t) .. ')', 2)
-  end
-  if n < 2 or (mt ~= nil and type(mt) ~= 'table') then
-    error("bad argument #2 to 'setmetatable' (nil or table expected, got "
-      .. typename(n - 1, mt) .. ')', 2)
-  end
-  if rawequal(t, G) then
-    if author_mt ~= nil and rawget(author_mt, '__metatable') ~= nil then
-      error('cannot change a protected metatable', 2)
-    end
-    author_mt = mt
-    -- Rebuild the guard: the author's other fields apply as they stand now, while
-    -- __index and __newindex stay the guard's own and read the author's live.
-    for k in next, GUARD do
-      if k ~= '__index' and k ~= '__newindex' then GUARD[k] = nil end
-    end
-    if mt ~= nil then
-      for k, v in next, mt do
-        if k ~= '__index' and k ~= '__newindex' and k ~= '__metatable' then GUARD[k] = v end
-      end
-    end
-    return t
-  end
-  -- Finalizers never run: Lua runs `__gc` with hooks off (so no cancel can stop one), and at
-  -- teardown. An object is marked for finalization only when its metatable has `__gc` as it
-  -- is set, so the field is held back for that moment and put back at once.
-  local gc = mt ~= nil and rawget(mt, '__gc') or nil
-  if gc ~= nil then
-    rawset(mt, '__gc', nil)
-    local ok, err = pcall(setmetatable, t, mt)
-    rawset(mt, '__gc', gc)
-    if not ok then error(err, 2) end
-    return t
-  end
-  return setmetatable(t, mt)
-end
+-- getmetatable and setmetatable know about this guard; they are built on first use, by the
+-- `globals` module (see LAZY below).
+rawset(G, 'getmetatable', nil)
+rawset(G, 'setmetatable', nil)
 
 ---------------------------------------------------------------------------------------------
 -- Engine globals, installed in the specified order.
@@ -373,10 +304,18 @@ local P = {
   control_pending = function() return host('control_pending') end,
   handler_depth = 0,
   unwrap = unwrap, PROXY_DATA = PROXY_DATA, stock = STOCK,
+  proxies = proxies, G = G, GUARD = GUARD, ERR = ERR, ERR_EXTRA = ERR_EXTRA,
+  finish = finish, normalize = normalize, xpcall = xpcall, getmetatable = getmetatable,
+  rawequal = rawequal,
+  author_mt = function() return author_mt end,
+  set_author_mt = function(mt) author_mt = mt end,
+  -- The `var` proxy once built (nil while `var` is pending).
+  var = nil,
   -- Whether this section's model has started tasks, so its rounds gather task notices.
   has_model_tasks = cfg.model_tasks,
 }
 local loaded = {}
+P.tools_table = function() return module('globals').tools_table() end
 module = function(name)
   local m = loaded[name]
   if m == nil then
@@ -385,15 +324,7 @@ module = function(name)
   end
   return m
 end
-local function stubs(name, pick, names)
-  local t = {}
-  for i = 1, #names do
-    local f = names[i]
-    t[f] = function(...) return pick(module(name))[f](...) end
-  end
-  return t
-end
-local function whole(m) return m end
+P.module = module
 -- Deterministic pairs/next and table.concat with __tostring (wrappers from order.rs).
 -- The stubs tail-call the real functions, so their errors still point at the caller.
 -- Iterating _G first builds the Engine globals still pending (see LAZY below), so the
@@ -409,68 +340,26 @@ rawset(G, 'next', function(...)
 end)
 rawset(table, 'concat', function(...) return module('order').concat(...) end)
 
--- The module-backed Engine globals are built on a VM's first use of their name: most
--- sections never name `store` or `tasks`, and building every stub table up front was a
--- large part of a section entry. A pending name behaves as if it were present: reading it
--- builds it (before the author's __index is asked), assigning it replaces it without the
--- author's __newindex, and pairs/next over _G build all pending names first. Tables are
--- built in the same shape as ever, so what a section can observe is unchanged.
-local tools_table
-local function tools_stubs()
-  if tools_table == nil then
-    tools_table = stubs('tools', whole, { 'add', 'always', 'add_local', 'call', 'allow_tasks' })
-  end
-  return tools_table
-end
-P.tools_table = tools_stubs
-P.module = module
-local control_table
-local function control_stub(name)
-  return function()
-    if control_table == nil then
-      control_table = stubs('control', whole, { 'untrusted', 'call', 'jump', 'fanout' })
-    end
-    return control_table[name]
-  end
-end
+-- Globals built on a VM's first use of their name, each by the shim module named here: most
+-- sections never name `store` or `tasks`, and building every stub table (and loading the
+-- code of the rarer base functions) up front was a large part of a section entry. A pending
+-- name behaves as if it were present: reading it builds it (before the author's __index is
+-- asked), assigning it replaces it without the author's __newindex, and pairs/next over _G
+-- build all pending names first. Tables are built in the same shape as ever, so what a
+-- section can observe is unchanged.
 LAZY = {
-  store = function()
-    return stubs('store', whole, {
-      'read', 'read_numbered', 'write', 'append', 'str_replace', 'delete', 'exists', 'glob',
-    })
-  end,
-  models = function()
-    return stubs('models', function(m) return m.models end, {
-      'use', 'default', 'get', 'infer', 'loop',
-    })
-  end,
-  messages = function() return stubs('models', function(m) return m.messages end, { 'new' }) end,
-  sys = function() return proxies().sys end,
-  var = function()
-    var = proxies().var()
-    return var
-  end,
-  tools = tools_stubs,
-  compactors = function()
-    return stubs('models', function(m) return m.compactors end, { 'fail' })
-  end,
-  -- untrusted, call, jump and fanout: globals, stubs over the `control` module.
-  untrusted = control_stub('untrusted'),
-  call = control_stub('call'),
-  jump = control_stub('jump'),
-  fanout = control_stub('fanout'),
-  -- tasks (chapter 15): stubs over the `tasks` module.
-  tasks = function()
-    return stubs('tasks', whole, {
-      'spawn', 'join_any', 'join', 'concurrency', 'ready', 'status', 'pending', 'note', 'cancel',
-    })
-  end,
+  store = 'globals', models = 'globals', messages = 'globals', compactors = 'globals',
+  sys = 'globals', var = 'globals', tools = 'globals', tasks = 'globals',
+  untrusted = 'globals', call = 'globals', jump = 'globals', fanout = 'globals',
+  getmetatable = 'globals', setmetatable = 'globals', xpcall = 'errors',
 }
+-- 8. The globals of declared Plugins: promptforge/user-input's prelude defines `input`.
+if cfg.input_plugin then LAZY.input = 'globals' end
 -- Build one pending global.
 materialize = function(k)
-  local make = LAZY[k]
+  local from = LAZY[k]
   LAZY[k] = nil
-  local v = make()
+  local v = module(from).global(k)
   rawset(G, k, v)
   return v
 end
@@ -486,20 +375,6 @@ local function set_global(k, v)
   LAZY[k] = nil
   rawset(G, k, v)
 end
-
--- 8. The globals of declared Plugins: promptforge/user-input's prelude defines `input`.
-if cfg.input_plugin then
-  local connected = cfg.input_connected
-  rawset(G, 'input', {
-    ask = function(...)
-      if select('#', ...) > 0 then raise('input.ask takes no arguments') end
-      local answer = suspend('input.ask', {})
-      return answer.text, answer.available
-    end,
-    connected = function() return connected end,
-  })
-end
-
 
 setmetatable(G, GUARD)
 
@@ -567,6 +442,7 @@ end
 
 api.var_ok = function()
   if LAZY.var ~= nil then return true end
+  local var = P.var
   return var ~= nil and rawequal(rawget(G, 'var'), var)
 end
 api.var_data = var_data
