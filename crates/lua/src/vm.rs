@@ -42,7 +42,12 @@ const CANCEL_POLL_INSTRUCTIONS: u32 = 1000;
 const SHIM_NAME: &str = "=promptforge/vm.lua";
 const SHIM_SOURCE: &str = include_str!("shim/vm.lua");
 /// Shim modules loaded on a VM's first use of them: (name, chunk name, source).
-const SHIM_MODULES: [(&str, &str, &str); 9] = [
+const SHIM_MODULES: [(&str, &str, &str); 10] = [
+    (
+        "support",
+        "=promptforge/support.lua",
+        include_str!("shim/support.lua"),
+    ),
     (
         "globals",
         "=promptforge/globals.lua",
@@ -1977,5 +1982,15 @@ mod tests {
                 .message
                 .contains("attempt to index a nil value")
         );
+    }
+}
+#[cfg(test)]
+mod size_probe {
+    #[test]
+    fn print_sizes() {
+        eprintln!("vm.lua {}", super::shim_bytecode().len());
+        for (n, _, b) in super::module_bytecode() {
+            eprintln!("{n} {}", b.len());
+        }
     }
 }

@@ -4,7 +4,7 @@
 -- getmetatable and setmetatable. Receives what it needs from vm.lua (`P`) and reads no
 -- globals: prompt code may have replaced any of them by now.
 local P = ...
-local module, host, raise, suspend = P.module, P.host, P.raise, P.suspend
+local module, host, raise = P.module, P.host, P.raise
 local error, type, select, next = P.error, P.type, P.select, P.next
 local rawget, rawset, rawequal, pcall = P.rawget, P.rawset, P.rawequal, P.pcall
 local setmetatable, getmetatable = P.setmetatable, P.getmetatable
@@ -83,7 +83,7 @@ local BUILD = {
     return {
       ask = function(...)
         if select('#', ...) > 0 then raise('input.ask takes no arguments') end
-        local answer = suspend('input.ask', {})
+        local answer = P.suspend('input.ask', {})
         return answer.text, answer.available
       end,
       connected = function() return connected end,
@@ -154,4 +154,13 @@ return {
   -- Build pending global `k` (vm.lua stores it in _G).
   global = function(k) return BUILD[k]() end,
   tools_table = tools_stubs,
+  -- Step 11: the declared alias globals, set raw so an author __newindex never sees them.
+  install_aliases = function()
+    local bound = P.cfg.bound_tools
+    if #bound > 0 then
+      local t = module('tools')
+      for i = 1, #bound do P.set_global(bound[i].alias, t.tool_object(bound[i])) end
+    end
+    for label, handle in next, host('role_globals') do P.set_global(label, handle) end
+  end,
 }

@@ -21,6 +21,8 @@ math.randomseed(cfg.seed)
 -- Every shim module (text.lua, proxies.lua, store.lua, ...) loads through `module(name)`,
 -- defined below once its argument `P` exists.
 local module
+-- What the shim modules share (defined below): their one argument.
+local P
 -- The stock functions the text module wraps, captured before any prompt code can replace them.
 local STOCK = {
   tostring = tostring, format = string.format, gmatch = string.gmatch, gsub = string.gsub,
@@ -105,29 +107,17 @@ local function raise(message, extra)
   error(make_error('lua', message, nil, extra), 0)
 end
 
--- The type name argument errors use: integer for an integer, number for a float.
 local math_type, string_match = math.type, string.match
-local function arg_type(v)
-  local t = math_type(v)
-  if t == 'integer' then return 'integer' end
-  if t == 'float' then return 'number' end
-  return type(v)
-end
-
-local function check_string(name, v)
-  if type(v) ~= 'string' then raise(name .. ' must be a string, got ' .. arg_type(v)) end
-  if not host('utf8_ok', v) then raise(name .. ' must be a valid UTF-8 string') end
-end
 
 -- Turn any caught error into what pcall hands back: error values and values the author
--- raised come back as they are; a failure inside Rust becomes an error value.
-local suspends = 0
+-- raised come back as they are; a failure inside Rust becomes an error value. (`P.suspends`
+-- counts the suspending calls made so far.)
 
 local function normalize(e)
   if type(e) == 'userdata' then
     local kind, message, run_kind = host('normalize', e)
     if kind then
-      return make_error(kind, message, nil, { run_kind = run_kind, epoch = suspends })
+      return make_error(kind, message, nil, { run_kind = run_kind, epoch = P.suspends })
     end
   end
   -- Running out of Lua memory raises Lua's own preallocated message; it is a `lua` error.
@@ -152,17 +142,6 @@ end
 
 -- xpcall is built on first use, by the `errors` module (see LAZY below).
 rawset(G, 'xpcall', nil)
-
----------------------------------------------------------------------------------------------
--- Proxies (var, frozen argv) share one weak map from proxy to the data it stands for.
----------------------------------------------------------------------------------------------
-local PROXY_DATA = setmetatable({}, { __mode = 'k' })
-
-local function unwrap(v)
-  local data = PROXY_DATA[v]
-  if data ~= nil then return data end
-  return v
-end
 
 -- var, the frozen argv and sys are built on first use by the `proxies` module.
 local var_data = cfg.var
@@ -242,80 +221,42 @@ rawset(G, 'args', cfg.args)
 if in_h1 then rawset(G, 'argv', cfg.argv) end
 -- (sys and var are built on first use: see LAZY below.)
 
--- 2. The Engine functions.
-rawset(G, 'log', function(...)
-  local message, quota = host('log', select('#', ...), (...))
-  if message then raise(message, quota and { quota = quota } or nil) end
-end)
-
--- 3. ui, when the Host supplied a snapshot.
-if cfg.has_ui then
-  rawset(G, 'ui', function() return host('ui') end)
-end
+-- 2. The Engine functions (log, list_from_section) and 3. ui when the Host supplied a
+-- snapshot: built on first use (see LAZY below).
 
 -- 4. item, in a fanout arm's worker section.
 if cfg.has_item then rawset(G, 'item', cfg.item) end
 
--- 5. list_from_section.
-rawset(G, 'list_from_section', function(heading)
-  local items, message = host('list_from_section', heading)
-  if message then raise(message) end
-  return items
-end)
-
--- Suspending calls reach the Engine through this one yield point: `suspend(op, payload)`
--- yields the operation name and a payload table of JSON data; the Engine answers
--- (true, value) or (false, error) where error is {kind, message, fields, run_kind}.
-local in_shared_load = false
-local call_sites = cfg.call_sites
-
-local function suspend(op, payload, allowed_in_shared_load)
-  if in_shared_load and not allowed_in_shared_load then
-    -- The shared library's top-level code runs directly, not as a block.
-    error('attempt to yield from outside a coroutine', 0)
-  end
-  if not yieldable() then
-    error('attempt to yield from outside a coroutine', 0)
-  end
-  if call_sites then host('site') end
-  local ok, value = yield(op, payload)
-  suspends = suspends + 1
-  if ok then return value end
-  local run_kind = value.run_kind
-  if run_kind == '' then run_kind = nil end
-  local e = make_error(value.kind, value.message, value.fields,
-    { run_kind = run_kind, epoch = suspends })
-  error(e, 0)
-end
-
--- store, models, messages and compactors: the public functions are small stubs; the real
--- code is a separate chunk loaded on a VM's first use of it, so sections that never touch
--- a module never pay to load it.
-local P = {
-  host = host, cfg = cfg, raise = raise, make_error = make_error, arg_type = arg_type,
-  check_string = check_string, math_type = math_type, suspend = suspend,
-  in_shared_load = function() return in_shared_load end,
-  epoch = function() return suspends end,
+-- The shim modules' one argument. Its fields are the VM's shared state and the stock
+-- functions the modules use (captured here, before prompt code can replace a global); the
+-- helpers only modules use (`suspend`, `check_string`, the proxies' data map, ...) come
+-- from the `support` module, loaded when a module first asks P for one of them.
+P = {
+  host = host, cfg = cfg, raise = raise, make_error = make_error, math_type = math_type,
   error = error, type = type, tostring = tostring, select = select,
   setmetatable = setmetatable, string_match = string_match,
   order = cfg.order, table_concat = stock_concat, rawget = stock_rawget,
   next = next, rawset = rawset, pcall = pcall, table_sort = table_sort,
-  table_pack = table_pack, table_unpack = table_unpack,
-  control_pending = function() return host('control_pending') end,
-  handler_depth = 0,
-  unwrap = unwrap, PROXY_DATA = PROXY_DATA, stock = STOCK,
+  table_pack = table_pack, table_unpack = table_unpack, yield = yield,
+  yieldable = yieldable, handler_depth = 0, stock = STOCK,
   proxies = proxies, G = G, GUARD = GUARD, ERR = ERR, ERR_EXTRA = ERR_EXTRA,
   finish = finish, normalize = normalize, xpcall = xpcall, getmetatable = getmetatable,
   rawequal = rawequal,
   author_mt = function() return author_mt end,
   set_author_mt = function(mt) author_mt = mt end,
-  -- The `var` proxy once built (nil while `var` is pending).
+  -- Suspending calls made so far, and whether the shared library is loading.
+  suspends = 0, in_shared = false,
+  -- The `var` proxy once built (nil while `var` is pending; read raw).
   var = nil,
   -- Whether this section's model has started tasks, so its rounds gather task notices.
   has_model_tasks = cfg.model_tasks,
 }
 local loaded = {}
-P.tools_table = function() return module('globals').tools_table() end
+setmetatable(P, { __index = function(t, k)
+  local v = module('support').fields[k]
+  if v ~= nil then rawset(t, k, v) end
+  return v
+end })
 module = function(name)
   local m = loaded[name]
   if m == nil then
@@ -325,6 +266,7 @@ module = function(name)
   return m
 end
 P.module = module
+P.tools_table = function() return module('globals').tools_table() end
 -- Deterministic pairs/next and table.concat with __tostring (wrappers from order.rs).
 -- The stubs tail-call the real functions, so their errors still point at the caller.
 -- Iterating _G first builds the Engine globals still pending (see LAZY below), so the
@@ -352,7 +294,9 @@ LAZY = {
   sys = 'globals', var = 'globals', tools = 'globals', tasks = 'globals',
   untrusted = 'globals', call = 'globals', jump = 'globals', fanout = 'globals',
   getmetatable = 'globals', setmetatable = 'globals', xpcall = 'errors',
+  log = 'support', list_from_section = 'support',
 }
+if cfg.has_ui then LAZY.ui = 'support' end
 -- 8. The globals of declared Plugins: promptforge/user-input's prelude defines `input`.
 if cfg.input_plugin then LAZY.input = 'globals' end
 -- Build one pending global.
@@ -375,6 +319,7 @@ local function set_global(k, v)
   LAZY[k] = nil
   rawset(G, k, v)
 end
+P.set_global = set_global
 
 setmetatable(G, GUARD)
 
@@ -393,9 +338,9 @@ end
 
 -- Replays the shared library: only store calls may suspend while it loads.
 api.run_shared = function(f)
-  in_shared_load = true
+  P.in_shared = true
   local results = table_pack(xpcall(f, on_error))
-  in_shared_load = false
+  P.in_shared = false
   return table_unpack(results, 1, results.n)
 end
 
@@ -415,7 +360,7 @@ api.classify = function(e)
     local message = tostring(rawget(e, 'message'))
     if extra.quota then return kind, message, 'Quota' end
     local run_kind = extra.run_kind
-    if extra.epoch ~= nil and extra.epoch ~= suspends then
+    if extra.epoch ~= nil and extra.epoch ~= P.suspends then
       local keep = KEEPS_KIND_LATER[kind]
       if keep == nil or (keep ~= true and rawget(e, keep) == nil) then
         run_kind = nil
@@ -431,18 +376,11 @@ api.classify = function(e)
 end
 
 -- Step 11: the declared alias globals, set raw so an author __newindex never sees them.
-api.install_aliases = function()
-  local bound = cfg.bound_tools
-  if #bound > 0 then
-    local t = module('tools')
-    for i = 1, #bound do set_global(bound[i].alias, t.tool_object(bound[i])) end
-  end
-  for label, handle in next, host('role_globals') do set_global(label, handle) end
-end
+api.install_aliases = function() return module('globals').install_aliases() end
 
 api.var_ok = function()
   if LAZY.var ~= nil then return true end
-  local var = P.var
+  local var = rawget(P, 'var')
   return var ~= nil and rawequal(rawget(G, 'var'), var)
 end
 api.var_data = var_data
