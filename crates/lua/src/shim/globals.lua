@@ -61,7 +61,9 @@ local BUILD = {
   end,
   sys = function() return P.proxies().sys end,
   var = function()
-    local var = P.proxies().var()
+    local data = host('var_data')
+    local var = P.proxies().var(data)
+    P.var_data = data
     P.var = var
     return var
   end,

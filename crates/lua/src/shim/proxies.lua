@@ -88,7 +88,7 @@ local sys = setmetatable({}, {
 })
 
 return {
-  var = function() return var_proxy(P.cfg.var, 'var') end,
+  var = function(data) return var_proxy(data, 'var') end,
   frozen = frozen,
   sys = sys,
 }

@@ -35,14 +35,14 @@ local STOCK = {
 do
   local text
   local function stub(lib, name)
-    rawset(lib, name, function(...)
+    lib[name] = function(...)
       local m = text
       if m == nil then
         m = module('text')
         text = m
       end
       return m[name](...)
-    end)
+    end
   end
   stub(_G, 'tostring')
   local STRING = { 'format', 'gmatch', 'find', 'match', 'gsub', 'upper', 'lower', 'reverse',
@@ -67,17 +67,17 @@ local table_sort = table.sort
 
 -- The sandbox: only string, table, math and the listed base functions stay reachable.
 -- (io, os, debug, package, utf8 and require are never loaded.)
-rawset(G, 'collectgarbage', nil)
-rawset(G, 'dofile', nil)
-rawset(G, 'loadfile', nil)
-rawset(G, 'load', nil)
-rawset(G, 'print', nil)
-rawset(G, 'warn', nil)
-rawset(G, 'rawequal', nil)
-rawset(G, 'rawlen', nil)
-rawset(G, 'rawget', nil)
-rawset(G, 'rawset', nil)
-rawset(G, 'coroutine', nil)
+G.collectgarbage = nil
+G.dofile = nil
+G.loadfile = nil
+G.load = nil
+G.print = nil
+G.warn = nil
+G.rawequal = nil
+G.rawlen = nil
+G.rawget = nil
+G.rawset = nil
+G.coroutine = nil
 
 ---------------------------------------------------------------------------------------------
 -- Error values
@@ -141,10 +141,9 @@ G.pcall = function(...)
 end
 
 -- xpcall is built on first use, by the `errors` module (see LAZY below).
-rawset(G, 'xpcall', nil)
+G.xpcall = nil
 
 -- var, the frozen argv and sys are built on first use by the `proxies` module.
-local var_data = cfg.var
 local in_h1 = cfg.h1
 local function proxies() return module('proxies') end
 -- The frozen argv once built.
@@ -210,22 +209,22 @@ end
 
 -- getmetatable and setmetatable know about this guard; they are built on first use, by the
 -- `globals` module (see LAZY below).
-rawset(G, 'getmetatable', nil)
-rawset(G, 'setmetatable', nil)
+G.getmetatable = nil
+G.setmetatable = nil
 
 ---------------------------------------------------------------------------------------------
 -- Engine globals, installed in the specified order.
 ---------------------------------------------------------------------------------------------
 -- 1. The Engine values.
-rawset(G, 'args', cfg.args)
-if in_h1 then rawset(G, 'argv', cfg.argv) end
+G.args = cfg.args
+if in_h1 then G.argv = cfg.argv end
 -- (sys and var are built on first use: see LAZY below.)
 
 -- 2. The Engine functions (log, list_from_section) and 3. ui when the Host supplied a
 -- snapshot: built on first use (see LAZY below).
 
 -- 4. item, in a fanout arm's worker section.
-if cfg.has_item then rawset(G, 'item', cfg.item) end
+if cfg.has_item then G.item = cfg.item end
 
 -- The shim modules' one argument. Its fields are the VM's shared state and the stock
 -- functions the modules use (captured here, before prompt code can replace a global); the
@@ -272,15 +271,15 @@ P.tools_table = function() return module('globals').tools_table() end
 -- Iterating _G first builds the Engine globals still pending (see LAZY below), so the
 -- iteration sees every global exactly as if all had been built up front.
 local materialize_all
-rawset(G, 'pairs', function(...)
+G.pairs = function(...)
   if rawequal((...), G) then materialize_all() end
   return module('order').pairs(...)
-end)
-rawset(G, 'next', function(...)
+end
+G.next = function(...)
   if rawequal((...), G) then materialize_all() end
   return module('order').next(...)
-end)
-rawset(table, 'concat', function(...) return module('order').concat(...) end)
+end
+table.concat = function(...) return module('order').concat(...) end
 
 -- Globals built on a VM's first use of their name, each by the shim module named here: most
 -- sections never name `store` or `tasks`, and building every stub table (and loading the
@@ -378,12 +377,13 @@ end
 -- Step 11: the declared alias globals, set raw so an author __newindex never sees them.
 api.install_aliases = function() return module('globals').install_aliases() end
 
-api.var_ok = function()
+-- Whether `var` still holds its proxy, and the data behind it (nil while `var` is pending:
+-- the Engine then has the data the entry started with).
+api.var_state = function()
   if LAZY.var ~= nil then return true end
   local var = rawget(P, 'var')
-  return var ~= nil and rawequal(rawget(G, 'var'), var)
+  return var ~= nil and rawequal(rawget(G, 'var'), var), rawget(P, 'var_data')
 end
-api.var_data = var_data
 api.argv = function() return rawget(G, 'argv') end
 api.frozen_argv_data = cfg.argv
 api.globals = G
