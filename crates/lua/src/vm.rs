@@ -2002,7 +2002,10 @@ mod shim_size {
     fn the_per_entry_shim_stays_small() {
         let size = super::shim_bytecode().len();
         assert!(size > 0, "the shim compiles");
-        assert!(size <= 7 * 1024, "vm.lua's dump is {size} bytes; the budget is 7 KiB");
+        assert!(
+            size <= 7 * 1024,
+            "vm.lua's dump is {size} bytes; the budget is 7 KiB"
+        );
         for (name, _, bytecode) in super::module_bytecode() {
             assert!(!bytecode.is_empty(), "module {name} compiles");
         }
