@@ -553,11 +553,12 @@ impl SectionVm {
                 cfg_table.raw_set("input_connected", connected)?;
             }
             // The memory ceiling applies from here on, before any Lua code runs. Values the
-            // Engine hands over (args, argv, var, item) are built first: mlua protects every
+            // Engine hands over (args, argv, item) are built first: mlua protects every
             // table and string operation with a Lua `pcall` while a limit is set, which made
             // building them a tenth of a section entry. What they hold still counts against
-            // the ceiling, so a section whose `var` already fills it fails at its first
-            // allocation, as an ordinary Lua memory error.
+            // the ceiling, so a section handed an `item` that already fills it fails at its
+            // first allocation, as an ordinary Lua memory error. (`var` becomes Lua data only
+            // when the section names it, under the ceiling.)
             lua.set_memory_limit(MEMORY_LIMIT)?;
             let shim: Function = lua
                 .load(shim_bytecode())
@@ -1751,6 +1752,22 @@ mod tests {
             "true8"
         );
         assert_eq!(result("return type(var) .. type(sys)"), "tabletable");
+    }
+
+    #[test]
+    fn a_pending_global_whose_build_runs_out_of_memory_is_built_on_the_next_read() {
+        // Fill the heap to its ceiling in ever smaller pieces, read a pending global (its
+        // build cannot allocate), let the filler go, and read it again.
+        let source = "local hog = { {}, {}, {} } \
+            local sizes = { 1048576, 4096, 64 } \
+            local function fill(part, size) while true do part[#part + 1] = string.rep('x', size) .. #part end end \
+            local function read_store() return store end \
+            for i = 1, 3 do pcall(fill, hog[i], sizes[i]) end \
+            local last = hog[3] for i = #last, #last - 15, -1 do last[i] = nil end \
+            local ok = pcall(read_store) \
+            hog = nil \
+            return tostring(ok) .. ' ' .. type(store) .. ' ' .. type(store.read)";
+        assert_eq!(result(source), "false table function");
     }
 
     #[test]

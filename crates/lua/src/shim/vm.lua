@@ -299,10 +299,11 @@ if cfg.has_ui then LAZY.ui = 'support' end
 -- 8. The globals of declared Plugins: promptforge/user-input's prelude defines `input`.
 if cfg.input_plugin then LAZY.input = 'globals' end
 -- Build one pending global.
+-- The name stays pending until its value exists: a build that fails (out of memory, inside
+-- a pcall) leaves it to be built on the next read instead of losing it.
 materialize = function(k)
-  local from = LAZY[k]
+  local v = module(LAZY[k]).global(k)
   LAZY[k] = nil
-  local v = module(from).global(k)
   rawset(G, k, v)
   return v
 end
