@@ -449,6 +449,12 @@ fn parse_usage(value: &Value, at: &str) -> Result<Usage, ScriptError> {
 #[derive(Debug)]
 struct State {
     entries: Vec<(ScriptEntry, bool)>,
+    /// The unused entries with a `when`, in script order (a round tries them first).
+    when_unused: Vec<usize>,
+    /// Every entry without a `when` before this index is used: plain entries are only ever
+    /// taken first-unused-first, so a round finds the next one without scanning from the top
+    /// (a long script played in order stays linear, not quadratic).
+    plain_from: usize,
     rounds: usize,
     requests: Vec<ChatRequest>,
 }
@@ -471,10 +477,20 @@ impl fmt::Debug for ScriptedModel {
 impl ScriptedModel {
     /// A scripted model playing `script`.
     pub fn new(script: Script) -> Self {
+        let entries: Vec<(ScriptEntry, bool)> =
+            script.replies.into_iter().map(|e| (e, false)).collect();
+        let when_unused = entries
+            .iter()
+            .enumerate()
+            .filter(|(_, (entry, _))| entry.when.is_some())
+            .map(|(i, _)| i)
+            .collect();
         Self {
             model: script.model,
             state: Mutex::new(State {
-                entries: script.replies.into_iter().map(|e| (e, false)).collect(),
+                entries,
+                when_unused,
+                plain_from: 0,
                 rounds: 0,
                 requests: Vec::new(),
             }),
@@ -516,15 +532,31 @@ impl ScriptedModel {
         state.rounds += 1;
         let round = state.rounds;
         state.requests.push(request.clone());
-        let by_when = state.entries.iter().position(|(entry, used)| {
-            !used && entry.when.as_ref().is_some_and(|c| c.holds(request))
-        });
-        let pick = by_when.or_else(|| {
+        // The first unused entry whose `when` holds, else the first unused one without a
+        // `when`.
+        let by_when = state.when_unused.iter().position(|&i| {
             state
                 .entries
-                .iter()
-                .position(|(entry, used)| !used && entry.when.is_none())
+                .get(i)
+                .and_then(|(entry, _)| entry.when.as_ref())
+                .is_some_and(|c| c.holds(request))
         });
+        let pick = match by_when {
+            Some(slot) => Some(state.when_unused.remove(slot)),
+            None => {
+                let from = state.plain_from;
+                let next = state
+                    .entries
+                    .iter()
+                    .skip(from)
+                    .position(|(entry, used)| !used && entry.when.is_none())
+                    .map(|offset| from + offset);
+                if let Some(i) = next {
+                    state.plain_from = i + 1;
+                }
+                next
+            }
+        };
         let Some(pick) = pick else {
             return Err(ModelError::malformed(format!(
                 "the scripted model has no reply left for round {round}"
