@@ -238,7 +238,7 @@ P = {
   next = next, rawset = rawset, pcall = pcall, table_sort = table_sort,
   table_pack = table_pack, table_unpack = table_unpack, yield = yield,
   yieldable = yieldable, handler_depth = 0, stock = STOCK,
-  proxies = proxies, G = G, GUARD = GUARD, ERR = ERR, ERR_EXTRA = ERR_EXTRA,
+  proxies = proxies, G = G, GUARD = GUARD,
   finish = finish, normalize = normalize, xpcall = xpcall, getmetatable = getmetatable,
   rawequal = rawequal,
   author_mt = function() return author_mt end,
