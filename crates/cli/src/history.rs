@@ -227,19 +227,12 @@ impl History {
                             value.get("task").and_then(Json::as_str),
                         ])
                         .map_err(err)?;
-                } else if let (Some(id), Some(value), Some(step)) =
-                    (num("answer"), value.get("value"), num("step"))
-                {
+                } else if let (Some(id), Some(value)) = (num("answer"), value.get("value")) {
+                    // An answer the run never took has no step (it still cost its tokens).
+                    let step = num("step").map(|s| s as i64);
                     let kind: Option<String> = answer
                         .query_row(
-                            params![
-                                run_id,
-                                id as i64,
-                                value.to_string(),
-                                step as i64,
-                                seq as i64,
-                                t
-                            ],
+                            params![run_id, id as i64, value.to_string(), step, seq as i64, t],
                             |r| r.get(0),
                         )
                         .optional()
@@ -395,13 +388,20 @@ impl History {
         while let Some(row) = rows.next().map_err(err)? {
             let effect: i64 = row.get(0).map_err(err)?;
             let answer: String = row.get(1).map_err(err)?;
-            let step: i64 = row.get(2).map_err(err)?;
+            let step: Option<i64> = row.get(2).map_err(err)?;
             let answered: Option<i64> = row.get(3).map_err(err)?;
-            writeln!(
-                out,
-                r#"{{"answer":{effect},"value":{answer},"step":{step},"t":{}}}"#,
-                answered.unwrap_or(0)
-            )
+            match step {
+                Some(step) => writeln!(
+                    out,
+                    r#"{{"answer":{effect},"value":{answer},"step":{step},"t":{}}}"#,
+                    answered.unwrap_or(0)
+                ),
+                None => writeln!(
+                    out,
+                    r#"{{"answer":{effect},"value":{answer},"t":{}}}"#,
+                    answered.unwrap_or(0)
+                ),
+            }
             .map_err(io)?;
         }
         for effect in withdrawn {

@@ -415,16 +415,36 @@ impl Host {
             .clone()
     }
 
+    /// Whether a provider of this Host binds answers by the order effects reach it (the
+    /// scripted model and the scripted network answer at issue, in issue order).
+    fn binds_in_issue_order(&self) -> bool {
+        let scripted_model = self
+            .model
+            .as_ref()
+            .is_some_and(|m| m.provider.binds_in_order());
+        let scripted_web = self.web.as_ref().is_some_and(|w| w.is_immediate());
+        scripted_model || scripted_web
+    }
+
     /// Drive a run to its end, handing every event to `on_event` as it happens.
     pub fn drive(&mut self, run: &mut Run, on_event: &mut dyn FnMut(&Event)) -> Outcome {
+        // Strands run ahead on their own answers unless a provider here binds answers by issue
+        // order (its effects must then go out in the committed order), or this is a replay
+        // (which hands answers back in the recorded order one at a time anyway).
+        if self.binds_in_issue_order() || self.replay.is_some() {
+            run.set_run_ahead(false);
+        }
         let mut in_flight: BTreeMap<EffectId, AbortHandle> = BTreeMap::new();
-        // Steps taken so far: a record marks each answer with it, and a replay hands each
-        // answer back before the same step.
+        // Steps taken so far (a version-1 replay hands answers back by them), and answers the
+        // run has taken (a record numbers answers by them, and a replay hands each back when
+        // the run has taken the ones before it).
         let mut steps: u64 = 0;
+        let mut taken: u64 = 0;
         loop {
             if let Some(replay) = &mut self.replay {
-                let answers = replay.answers_before(steps);
-                let cancel = replay.cancel_before(steps);
+                let counter = if replay.by_taken() { taken } else { steps };
+                let answers = replay.answers_before(counter);
+                let cancel = replay.cancel_before(counter);
                 for (id, answer) in answers {
                     run.resume(id, answer);
                 }
@@ -441,10 +461,23 @@ impl Host {
                 self.progress.event(&event);
                 on_event(&event);
             }
+            let commits = run.take_commits();
+            taken += commits.taken.len() as u64;
             let batch = match step {
                 Step::Done(outcome) => {
                     for handle in in_flight.values() {
                         handle.abort();
+                    }
+                    if let Some(recorder) = &mut self.recorder {
+                        // What the order issued in the last step never went out: recorded,
+                        // as withdrawn.
+                        for (id, effect) in &commits.unsent {
+                            recorder.issued(*id, effect, None);
+                        }
+                        recorder.commits(&commits);
+                        for (id, _) in &commits.unsent {
+                            recorder.withdrawn(*id);
+                        }
                     }
                     self.progress.finish();
                     return outcome;
@@ -455,9 +488,6 @@ impl Host {
                 if let Some(handle) = in_flight.remove(id) {
                     handle.abort();
                 }
-                if let Some(recorder) = &mut self.recorder {
-                    recorder.withdrawn(*id);
-                }
                 self.progress.round_finished(*id, None);
             }
             if self.terminal.is_some() && !batch.withdrawn.is_empty() {
@@ -466,9 +496,19 @@ impl Host {
             }
             let mut answered = false;
             let mut stopped = false;
+            if let Some(recorder) = &mut self.recorder {
+                for (id, effect) in &batch.issued {
+                    recorder.issued(*id, effect, run.effect_task(*id));
+                }
+                recorder.commits(&commits);
+                for id in &batch.withdrawn {
+                    recorder.withdrawn(*id);
+                }
+            }
             for (id, effect) in batch.issued {
-                if let Some(recorder) = &mut self.recorder {
-                    recorder.issued(id, &effect, run.effect_task(id));
+                // Issued and withdrawn in one step: recorded above, never started.
+                if batch.withdrawn.contains(&id) {
+                    continue;
                 }
                 if let Some(replay) = &mut self.replay {
                     match replay.check(id, &effect, run.effect_site(id)) {
@@ -494,7 +534,7 @@ impl Host {
                 match self.start(id, effect, task) {
                     Started::Now(answer) => {
                         if let Some(recorder) = &mut self.recorder {
-                            recorder.answered(id, &answer, steps);
+                            recorder.answered(id, &answer);
                         }
                         run.resume(id, answer);
                         answered = true;
@@ -511,7 +551,8 @@ impl Host {
             if let Some(replay) = &mut self.replay
                 && (!replay.live || replay.owes_answers())
             {
-                if replay.has_more() {
+                let counter = if replay.by_taken() { taken } else { steps };
+                if replay.has_more(counter) {
                     continue;
                 }
                 if !replay.live {
@@ -544,7 +585,7 @@ impl Host {
                         }
                         self.progress.round_finished(id, None);
                         if let Some(recorder) = &mut self.recorder {
-                            recorder.answered(id, &answer, steps);
+                            recorder.answered(id, &answer);
                         }
                         run.resume(id, answer);
                     }
@@ -557,7 +598,7 @@ impl Host {
             }
             if self.cancel.load(Ordering::Relaxed) {
                 if let Some(recorder) = &mut self.recorder {
-                    recorder.cancelled(steps);
+                    recorder.cancelled();
                 }
                 run.cancel();
             }

@@ -6,27 +6,35 @@
 //! 1. a header: the tool version, the prompt's path and SHA-256, the seed, the start instant,
 //!    the argument string, the Host state the run saw (its Plugins, the current model's
 //!    description, whether the operator was a person), the concurrency limit and the snapshot;
-//! 2. in the order they happened: each effect as issued (`{"effect": ID, "request": ...}`),
-//!    each answer as the Host handed it over (`{"answer": ID, "value": ..., "step": K}`, K
-//!    the number of steps the run had taken), each withdrawal, each event;
+//! 2. each effect by its final id once the run's committed order issued it
+//!    (`{"effect": ID, "request": ...}`; an effect a strand issued running ahead goes out under
+//!    a provisional id and is written when its issue is committed), each answer once the run
+//!    took it (`{"answer": ID, "value": ..., "step": K}`, K the number of answers the run had
+//!    taken before it), each withdrawal, each event; answers handed over but never taken (a
+//!    race's loser, a cancelled run) come last, without a `step`;
 //! 3. the outcome, last.
 //!
-//! Replaying hands every answer back at the step it was first handed over, by effect id, and
-//! checks each request against the recorded one, so concurrent arms and tasks replay exactly
-//! and no provider is asked. API keys, headers and environment values never reach a record:
-//! they live in the Harness's providers, never in an effect or an answer.
+//! Replaying hands the answers back one at a time in the order the run took them, by effect
+//! id, and checks each request against the recorded one, so concurrent arms and tasks replay
+//! exactly, however the recorded run's answers arrived, and no provider is asked. (Records of
+//! version 1 numbered answers by the Host's steps instead; they replay step by step.) API
+//! keys, headers and environment values never reach a record: they live in the Harness's
+//! providers, never in an effect or an answer.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
 
-use promptforge_engine::protocol::{Answer, Effect, EffectId};
+use promptforge_engine::protocol::{Answer, Commits, Effect, EffectId, is_provisional};
 use promptforge_engine::{Event, HostState, Outcome};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value as Json, json};
 
-/// The record format's version.
-pub(crate) const RECORD_VERSION: u32 = 1;
+/// The record format's version (2: answers numbered in the order the run took them).
+pub(crate) const RECORD_VERSION: u32 = 2;
+
+/// The first version whose answers are numbered by the run's taking order.
+const TAKEN_ORDER: u32 = 2;
 
 /// The first line of a record.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -79,6 +87,15 @@ pub(crate) struct Recorder {
     path: Option<PathBuf>,
     started: std::time::Instant,
     failed: Option<String>,
+    /// Effects issued ahead, by provisional id, until their issue is committed: the request
+    /// as JSON text, the issuing task and when it went out.
+    ahead: HashMap<EffectId, (String, Option<String>, u64)>,
+    /// Provisional ids whose issue was committed, to their final ids.
+    finals: HashMap<EffectId, EffectId>,
+    /// Answers handed over and not taken yet, by id: the answer as JSON text and when.
+    answers: HashMap<EffectId, (String, u64)>,
+    /// Answers taken so far (the next answer line's `step`).
+    taken: u64,
 }
 
 /// Where a finished record is.
@@ -130,6 +147,10 @@ impl Recorder {
             path: path.map(Path::to_path_buf),
             started: std::time::Instant::now(),
             failed: None,
+            ahead: HashMap::new(),
+            finals: HashMap::new(),
+            answers: HashMap::new(),
+            taken: 0,
         };
         recorder.write(&serde_json::to_value(header).map_err(|e| e.to_string())?);
         Ok(recorder)
@@ -161,11 +182,18 @@ impl Recorder {
         self.write(&value);
     }
 
-    /// An effect as issued, and the task that issued it (for timelines).
+    /// An effect as issued, and the task that issued it (for timelines). One issued ahead
+    /// is held until its issue is committed ([`Recorder::commits`]).
     pub(crate) fn issued(&mut self, id: EffectId, effect: &Effect, task: Option<String>) {
+        let t = self.elapsed();
+        let id = self.final_id(id);
+        if is_provisional(id) {
+            let request = serde_json::to_string(effect).unwrap_or_else(|_| "null".to_owned());
+            self.ahead.insert(id, (request, task, t));
+            return;
+        }
         // Written straight from the effect: a model round's request can be large, and
         // building a JSON value of it first would copy it all once more.
-        let t = self.elapsed();
         let task = serde_json::to_string(&task).unwrap_or_else(|_| "null".to_owned());
         self.raw(|out| {
             write!(out, r#"{{"effect":{id},"request":"#)?;
@@ -173,6 +201,45 @@ impl Recorder {
             writeln!(out, r#","task":{task},"t":{t}}}"#)?;
             Ok(())
         });
+    }
+
+    /// The id a record keeps for an id the Host knows.
+    fn final_id(&self, id: EffectId) -> EffectId {
+        self.finals.get(&id).copied().unwrap_or(id)
+    }
+
+    /// What the run committed in a step: effects issued ahead get their final ids (and are
+    /// written), and the answers it took are written in the order it took them.
+    pub(crate) fn commits(&mut self, commits: &Commits) {
+        for &(provisional, id) in &commits.renamed {
+            self.finals.insert(provisional, id);
+            if let Some((request, task, t)) = self.ahead.remove(&provisional) {
+                let task = serde_json::to_string(&task).unwrap_or_else(|_| "null".to_owned());
+                self.raw(|out| {
+                    writeln!(
+                        out,
+                        r#"{{"effect":{id},"request":{request},"task":{task},"t":{t}}}"#
+                    )?;
+                    Ok(())
+                });
+            }
+            if let Some(answer) = self.answers.remove(&provisional) {
+                self.answers.insert(id, answer);
+            }
+        }
+        for id in &commits.taken {
+            let step = self.taken;
+            self.taken += 1;
+            if let Some((answer, t)) = self.answers.remove(id) {
+                self.raw(|out| {
+                    writeln!(
+                        out,
+                        r#"{{"answer":{id},"value":{answer},"step":{step},"t":{t}}}"#
+                    )?;
+                    Ok(())
+                });
+            }
+        }
     }
 
     fn elapsed(&self) -> u64 {
@@ -195,22 +262,29 @@ impl Recorder {
         }
     }
 
-    pub(crate) fn answered(&mut self, id: EffectId, answer: &Answer, step: u64) {
+    /// An answer as the Host handed it over: written once the run takes it.
+    pub(crate) fn answered(&mut self, id: EffectId, answer: &Answer) {
         let t = self.elapsed();
-        self.raw(|out| {
-            write!(out, r#"{{"answer":{id},"value":"#)?;
-            serde_json::to_writer(&mut *out, answer)?;
-            writeln!(out, r#","step":{step},"t":{t}}}"#)?;
-            Ok(())
-        });
+        let id = self.final_id(id);
+        let text = serde_json::to_string(answer).unwrap_or_else(|_| "null".to_owned());
+        self.answers.insert(id, (text, t));
     }
 
     pub(crate) fn withdrawn(&mut self, id: EffectId) {
+        let id = self.final_id(id);
+        if is_provisional(id) {
+            // Issued ahead and never committed: the run never made it.
+            self.ahead.remove(&id);
+            self.answers.remove(&id);
+            return;
+        }
         self.line(json!({"withdrawn": id}));
     }
 
-    pub(crate) fn cancelled(&mut self, step: u64) {
-        self.line(json!({"cancel": step}));
+    /// The run was cancelled after it had taken this many answers.
+    pub(crate) fn cancelled(&mut self) {
+        let taken = self.taken;
+        self.line(json!({"cancel": taken}));
     }
 
     /// An event: the bytes `line` would write for `{"event": ..., "t": ...}` (keys in
@@ -229,6 +303,19 @@ impl Recorder {
 
     /// Write the outcome and flush; a write that failed along the way is reported here.
     pub(crate) fn finish(mut self, outcome: &Outcome) -> Result<Written, String> {
+        // Answers handed over but never taken (a race's loser, a run that ended first): kept
+        // for what they cost, with no place in the order. Never-committed ones are dropped.
+        let mut untaken: Vec<(EffectId, (String, u64))> = std::mem::take(&mut self.answers)
+            .into_iter()
+            .filter(|(id, _)| !is_provisional(*id))
+            .collect();
+        untaken.sort_by_key(|(id, _)| *id);
+        for (id, (answer, t)) in untaken {
+            self.raw(|out| {
+                writeln!(out, r#"{{"answer":{id},"value":{answer},"t":{t}}}"#)?;
+                Ok(())
+            });
+        }
         let outcome = serde_json::to_value(crate::run::outcome_json(outcome)).unwrap_or(Json::Null);
         self.line(json!({"outcome": outcome}));
         if let Some(failed) = self.failed.take() {
@@ -256,9 +343,10 @@ pub(crate) struct Record {
     pub header: Header,
     /// Each effect's recorded request, by id.
     pub requests: BTreeMap<EffectId, Json>,
-    /// The answers, by the step count at which they were handed over, in record order.
+    /// The answers, by when the run took them (version 2: the number of answers taken before
+    /// each; version 1: the Host's step count when it handed each over), in record order.
     pub answers: BTreeMap<u64, Vec<(EffectId, Answer)>>,
-    /// The step counts at which the run was cancelled.
+    /// When the run was cancelled, counted the same way.
     pub cancels: Vec<u64>,
     /// The events, as JSON.
     pub events: Vec<Json>,
@@ -279,7 +367,7 @@ impl Record {
             }
             None => return Err(format!("{}: the file is empty", path.display())),
         };
-        if header.record != "promptforge-run" || header.version != RECORD_VERSION {
+        if header.record != "promptforge-run" || !(1..=RECORD_VERSION).contains(&header.version) {
             return Err(format!(
                 "{}: a record of format {} version {}; this promptforge reads promptforge-run version {RECORD_VERSION}",
                 path.display(),
@@ -305,12 +393,17 @@ impl Record {
             let id = |key: &str| value.get(key).and_then(Json::as_u64);
             if let (Some(id), Some(request)) = (id("effect"), value.get("request")) {
                 record.requests.insert(id, request.clone());
-            } else if let (Some(id), Some(answer), Some(step)) =
-                (id("answer"), value.get("value"), id("step"))
-            {
+            } else if let (Some(effect), Some(answer)) = (id("answer"), value.get("value")) {
                 let answer: Answer = serde_json::from_value(answer.clone())
                     .map_err(|e| bad(n, &format!("not an answer ({e})")))?;
-                record.answers.entry(step).or_default().push((id, answer));
+                // An answer without a step was never taken: nothing to replay.
+                if let Some(step) = id("step") {
+                    record
+                        .answers
+                        .entry(step)
+                        .or_default()
+                        .push((effect, answer));
+                }
             } else if let Some(step) = id("cancel") {
                 record.cancels.push(step);
             } else if let Some(event) = value.get("event") {
@@ -387,6 +480,8 @@ pub(crate) struct Replay {
     /// After a divergence with `--then-live`: effects are performed for real from here on.
     pub live: bool,
     then_live: bool,
+    /// Answers are keyed by the run's taking order (version 2), not by Host steps.
+    by_taken: bool,
     /// The first divergence.
     pub divergence: Option<Divergence>,
 }
@@ -411,8 +506,15 @@ impl Replay {
             matched: BTreeMap::new(),
             live: false,
             then_live,
+            by_taken: record.header.version >= TAKEN_ORDER,
             divergence: None,
         }
+    }
+
+    /// Whether answers are handed back by the run's taking order (one at a time, so the run
+    /// takes them exactly in the recorded order) rather than by Host steps.
+    pub(crate) fn by_taken(&self) -> bool {
+        self.by_taken
     }
 
     /// Check an issued effect against the record.
@@ -471,6 +573,16 @@ impl Replay {
             }
             return out;
         }
+        if self.by_taken {
+            // The next answer in the taking order, once the run has issued its effect.
+            let issued = self
+                .answers
+                .get(&steps)
+                .is_some_and(|list| list.iter().all(|(id, _)| self.matched.contains_key(id)));
+            if !issued {
+                return out;
+            }
+        }
         if let Some(list) = self.answers.remove(&steps) {
             for (id, answer) in list {
                 self.matched.remove(&id);
@@ -490,8 +602,18 @@ impl Replay {
         !self.matched.is_empty() && !self.answers.is_empty()
     }
 
-    /// Whether the record has answers still to hand over (at a later step).
-    pub(crate) fn has_more(&self) -> bool {
+    /// Whether the record has answers still to hand over: at a later step (version 1), or
+    /// next, at `counter` answers taken, for an effect the run has issued (version 2: when
+    /// the run did not take or never issued the next answer's effect, the record has nothing
+    /// more to give it).
+    pub(crate) fn has_more(&self, counter: u64) -> bool {
+        if self.by_taken {
+            let next = self
+                .answers
+                .get(&counter)
+                .is_some_and(|list| list.iter().all(|(id, _)| self.matched.contains_key(id)));
+            return next || self.cancels.contains(&counter);
+        }
         !self.answers.is_empty() || !self.cancels.is_empty()
     }
 }

@@ -55,6 +55,9 @@ impl Run {
             "store" => self.store_call(s, payload),
             "call" => self.start_call(s, entry, payload),
             "fanout" => self.start_fanout(s, entry, payload),
+            // The shim's pause before reading or changing run-wide model state while the
+            // strand ran ahead: in the committed order it returns at once.
+            "sync" => Dispatch::Answer(Answer::Value(Json::Null)),
             op if op.starts_with("tasks.") => self.tasks_call(s, entry, op, payload),
             _ => return harness_effect(request).map(Dispatch::Effect),
         })

@@ -29,5 +29,8 @@ pub mod when;
 pub use events::{AbandonReason, Event, EventKind, Origin, TaskEnding};
 pub use outcome::{Outcome, RunError, RunErrorKind, first_step};
 pub use prepare::{HostState, ModelInfo, PluginInfo, ThinkingCapability, ToolInfo};
-pub use protocol::{Answer, Batch, Delivery, Effect, EffectId, ErrorValue, Step};
+pub use protocol::{
+    Answer, Batch, Commits, Delivery, Effect, EffectId, ErrorValue, PROVISIONAL, Step,
+    is_provisional,
+};
 pub use run::{EffectSite, Run, RunContext};

@@ -22,9 +22,38 @@ pub use promptforge_lua::errors::{Answer, ErrorValue, RunErrorKind};
 use crate::outcome::Outcome;
 use crate::store_path::{StoreAnswer, StoreError, StoreOp};
 
-/// An effect id: unique within a run and assigned in issue order, which is itself the same on
-/// every run with the same prompt, seed, start instant and answers.
+/// An effect id: unique within a run and assigned in the committed issue order, which is
+/// itself the same on every run with the same prompt, seed, start instant and answers.
+///
+/// An effect a strand issues while it runs ahead of the committed order goes to the Host at
+/// once under a *provisional* id (at or above [`PROVISIONAL`]); when the work that issued it is
+/// committed it gets its final id, reported in [`Commits::renamed`]. The Host may keep using
+/// the provisional id (answers, withdrawals and [`crate::Run::effect_task`] accept either);
+/// a record keeps only final ids.
 pub type EffectId = u64;
+
+/// The first provisional effect id.
+pub const PROVISIONAL: EffectId = 1 << 48;
+
+/// Whether an id is provisional (an effect issued ahead, not yet committed).
+pub fn is_provisional(id: EffectId) -> bool {
+    id >= PROVISIONAL
+}
+
+/// What the run committed since the last [`crate::Run::take_commits`]: the final ids of
+/// effects issued ahead, and the answers it took, in the order it took them.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Commits {
+    /// `(provisional, final)` for every effect issued ahead whose issue was committed, in
+    /// commit order (final ids increase).
+    pub renamed: Vec<(EffectId, EffectId)>,
+    /// The effects whose answers the run took, by final id, in the order it took them. This
+    /// order decides everything the run reports; a replay hands answers back in it.
+    pub taken: Vec<EffectId>,
+    /// Effects the committed order issued in the run's last step, which never went out (the
+    /// run ended first; they count as withdrawn). Ids as in a batch.
+    pub unsent: Vec<(EffectId, Effect)>,
+}
 
 /// Harness work the engine asks for.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -124,7 +153,8 @@ pub struct ModelRound {
 /// What one step hands the Host while the run waits.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Batch {
-    /// Effects issued since the last step, in issue order: start every one of them.
+    /// Effects issued since the last step, in issue order: start every one of them. An id may
+    /// be provisional (see [`EffectId`]).
     pub issued: Vec<(EffectId, Effect)>,
     /// Effects issued earlier whose answers the run no longer wants (a cancelled task's model
     /// round, a timeout whose wait ended first): the Host may drop them; an answer it still

@@ -36,7 +36,10 @@ use crate::outcome::{Outcome, RunError, RunErrorKind, first_step};
 use crate::prepare::{HostState, ThinkingCapability, bound_slots, requirements_notice};
 use crate::protocol::{Answer, EffectId, Step};
 use crate::scheduler::{Admission, Delivered, Effects, Work};
-use crate::strand::{Chain, Level, Place, Slot, Strand, StrandId, TaskWait, Wait};
+use crate::strand::{
+    Ahead, Chain, Cont, Level, Place, Segment, Slot, Strand, StrandId, TaskWait, Trigger, View,
+    Wait,
+};
 use crate::tasks::Tasks;
 use crate::when::render_when;
 
@@ -68,6 +71,11 @@ pub struct RunContext {
     /// against the prompt's lines (a replay's divergence). Off by default: it holds an entry
     /// per effect for the whole run.
     pub effect_sites: bool,
+    /// Let strands run ahead of the committed order on their own answers (on by default):
+    /// their next work goes to the Host at once, while everything observable is still decided
+    /// in the committed order. A Host whose providers bind answers by issue order (a scripted
+    /// model answering at issue) turns it off, so its effects are issued in committed order.
+    pub run_ahead: bool,
 }
 
 /// Where an effect was issued: the section, and the prompt line of the Lua code that made
@@ -95,6 +103,7 @@ impl RunContext {
             round_cap: DEFAULT_ROUND_CAP,
             concurrency: DEFAULT_CONCURRENCY,
             effect_sites: false,
+            run_ahead: true,
         }
     }
 }
@@ -123,6 +132,8 @@ pub(crate) enum Progress {
     Continue,
     /// The strand waits (on Harness work, a called chain's Harness work, or tasks).
     Parked,
+    /// The strand ran ahead to a point only the committed order may pass.
+    Paused,
     /// The strand's own chain ended.
     Ended(StrandEnd),
 }
@@ -175,6 +186,13 @@ pub struct Run {
     next_fanout: u64,
     /// Where each effect was issued, when the context asks (`effect_sites`).
     pub(crate) sites: BTreeMap<EffectId, EffectSite>,
+    /// The strand being advanced ahead of the committed order, while one is.
+    pub(crate) ahead: Option<StrandId>,
+    /// What that strand's current segment has reported and issued so far.
+    ahead_events: Vec<Event>,
+    pub(crate) ahead_issued: Vec<EffectId>,
+    /// A slot may have come free in fact: try starting a queued task ahead.
+    ahead_room: bool,
 }
 
 impl Run {
@@ -213,12 +231,28 @@ impl Run {
             fanouts: BTreeMap::new(),
             next_fanout: 0,
             sites: BTreeMap::new(),
+            ahead: None,
+            ahead_events: Vec::new(),
+            ahead_issued: Vec::new(),
+            ahead_room: false,
         }
     }
 
     /// Take the events recorded since the last call, in order.
     pub fn take_events(&mut self) -> Vec<Event> {
         std::mem::take(&mut self.events)
+    }
+
+    /// Take what the run committed since the last call: the final ids of effects issued
+    /// ahead, and the answers taken, in the order taken (what a record keeps).
+    pub fn take_commits(&mut self) -> crate::protocol::Commits {
+        self.effects.take_commits()
+    }
+
+    /// Turn running ahead on or off (see [`RunContext::run_ahead`]); call it before the
+    /// first step.
+    pub fn set_run_ahead(&mut self, on: bool) {
+        self.ctx.run_ahead = on;
     }
 
     /// Ask the run to stop; it ends as cancelled at its next step.
@@ -270,6 +304,9 @@ impl Run {
                 self.deliver(delivered);
                 continue;
             }
+            if self.ctx.run_ahead && self.run_ahead_once() {
+                continue;
+            }
             if !self.effects.any_live() {
                 // No strand can run and nothing is in flight: no answer can ever come.
                 self.fail(
@@ -282,12 +319,17 @@ impl Run {
         }
     }
 
-    /// Record an event on a task.
+    /// Record an event on a task (held with the segment when the strand runs ahead).
     pub(crate) fn event(&mut self, task: &TaskId, kind: EventKind) {
-        self.events.push(Event {
+        let event = Event {
             task: task.to_string(),
             kind,
-        });
+        };
+        if self.ahead.is_some() {
+            self.ahead_events.push(event);
+        } else {
+            self.events.push(event);
+        }
     }
 
     /// End the run (the first outcome wins): every live task is abandoned, every outstanding
@@ -310,6 +352,8 @@ impl Run {
             self.record_ending(&id, TaskEnding::Abandoned(reason));
         }
         self.effects.withdraw_all();
+        self.ahead_events.clear();
+        self.ahead_issued.clear();
         self.strands.clear();
         self.runnable.clear();
         self.fanouts.clear();
@@ -396,6 +440,11 @@ impl Run {
             turns: 0,
             wait: None,
             depth: 0,
+            ahead: None,
+            cont: None,
+            started_ahead: false,
+            zombie: false,
+            physical: crate::scheduler::Physical::None,
         });
         self.next_strand = MAIN + 1;
         if !self.prompt.h1_blocks.is_empty() {
@@ -460,12 +509,30 @@ impl Run {
                 continue;
             };
             strand.slot = Slot::Held;
-            if strand.start.is_some() {
-                let task = strand.task.clone();
+            let first = strand.start.is_some() || strand.started_ahead;
+            strand.started_ahead = false;
+            let task = strand.task.clone();
+            let to = physical_of(strand);
+            let (owner, from) = (strand.owner, strand.physical);
+            strand.physical = to;
+            if let Some(owner) = owner {
+                self.admission.recount(owner, from, to);
+            }
+            if first {
                 self.event(&task, EventKind::TaskStarted);
             }
             self.runnable.insert(id);
         }
+    }
+
+    /// Bring a strand's count in the physical tally up to date.
+    pub(crate) fn recount(&mut self, strand: &mut Strand) {
+        let to = physical_of(strand);
+        if let Some(owner) = strand.owner {
+            self.admission.recount(owner, strand.physical, to);
+        }
+        strand.physical = to;
+        self.ahead_room = true;
     }
 
     /// Queue a strand for a slot (its first run, or its slot back after a wait).
@@ -474,6 +541,7 @@ impl Run {
             strand.slot = Slot::Queued;
             self.admission.enqueue(owner, strand.seq, strand.id);
             self.admission_dirty = true;
+            self.recount(strand);
         }
     }
 
@@ -485,24 +553,54 @@ impl Run {
             self.admission.release(owner);
             self.admission_dirty = true;
             strand.slot = then;
+            self.recount(strand);
         }
     }
 
-    /// Advance a strand until it parks or its own chain ends.
+    /// Advance a strand until it parks or its own chain ends, in the committed order. A strand
+    /// that ran ahead has its first segment committed instead of run again, and goes on from
+    /// where it paused.
     fn advance_strand(&mut self, id: StrandId) {
         let Some(mut strand) = self.strands.remove(&id) else {
             return;
         };
-        if let Some(start) = strand.start.take() {
-            self.start_chain(&mut strand, *start);
+        match strand.front_trigger() {
+            Some(Trigger::Admission) => {
+                if !self.commit_segment(&mut strand) {
+                    self.strands.insert(id, strand);
+                    return;
+                }
+            }
+            Some(Trigger::Effect(_)) => {
+                // Its committed wait is still out: nothing to do in the order yet.
+                self.strands.insert(id, strand);
+                return;
+            }
+            None => {
+                if let Some(start) = strand.start.take() {
+                    self.start_chain(&mut strand, *start);
+                }
+            }
         }
+        let mut first = strand.cont.take().map(|cont| match *cont {
+            Cont::End(end) => Progress::Ended(end),
+            Cont::Failed {
+                place,
+                failure,
+                around,
+            } => self.chain_failed(&mut strand, place, failure, around),
+        });
         let end = loop {
             if self.outcome.is_some() {
                 return;
             }
-            match self.advance_top(&mut strand) {
+            let progress = match first.take() {
+                Some(progress) => progress,
+                None => self.advance_top(&mut strand),
+            };
+            match progress {
                 Progress::Continue => {}
-                Progress::Parked => {
+                Progress::Parked | Progress::Paused => {
                     self.strands.insert(id, strand);
                     return;
                 }
@@ -510,6 +608,148 @@ impl Run {
             }
         };
         self.strand_ended(strand, end);
+    }
+
+    /// One piece of work ahead of the committed order, if there is any: a strand whose own
+    /// answer arrived before older ones runs on it; else a queued task starts when a slot is
+    /// free in fact.
+    fn run_ahead_once(&mut self) -> bool {
+        let (strands, runnable) = (&self.strands, &self.runnable);
+        let ready = self.effects.take_ahead(|sid, id| {
+            !runnable.contains(&sid) && strands.get(&sid).is_some_and(|s| can_run_ahead(s, id))
+        });
+        if let Some(ready) = ready {
+            let replied = ready.work == Work::Chat
+                && matches!(&ready.answer, Answer::Value(v) if v.get("overflow").is_none());
+            self.advance_ahead(
+                ready.strand,
+                Trigger::Effect(ready.id),
+                Some((ready.answer, replied)),
+            );
+            return true;
+        }
+        if !self.ahead_room {
+            return false;
+        }
+        self.ahead_room = false;
+        let strands = &self.strands;
+        let fresh = self.admission.next_ahead(|sid| {
+            strands
+                .get(&sid)
+                .is_some_and(|s| s.start.is_some() && s.slot == Slot::Queued)
+        });
+        match fresh {
+            Some(sid) => {
+                self.advance_ahead(sid, Trigger::Admission, None);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Run a strand ahead of the committed order, from an answer of its own (or its first
+    /// start), to its next wait or to a point only the order may pass: its events are held
+    /// and its effects go out under provisional ids, as one segment the order commits later.
+    fn advance_ahead(&mut self, id: StrandId, trigger: Trigger, answer: Option<(Answer, bool)>) {
+        let Some(mut strand) = self.strands.remove(&id) else {
+            return;
+        };
+        if strand.ahead.is_none() {
+            strand.ahead = Some(Box::new(Ahead {
+                view: view_of(&strand),
+                segments: std::collections::VecDeque::new(),
+            }));
+        }
+        match (trigger, answer) {
+            (Trigger::Effect(_), Some((answer, replied))) => {
+                if let Some(entry) = strand.top_mut().and_then(|c| c.entry.as_mut()) {
+                    entry.answer_with(answer);
+                }
+                if replied {
+                    strand.turns += 1;
+                }
+            }
+            _ => {
+                if let Some(start) = strand.start.take() {
+                    strand.started_ahead = true;
+                    self.recount(&mut strand);
+                    self.start_chain(&mut strand, *start);
+                }
+            }
+        }
+        self.ahead = Some(id);
+        self.models.borrow_mut().ahead = true;
+        let progress = loop {
+            match self.advance_top(&mut strand) {
+                Progress::Continue if self.outcome.is_none() => {}
+                other => break other,
+            }
+        };
+        self.models.borrow_mut().ahead = false;
+        self.ahead = None;
+        let events = std::mem::take(&mut self.ahead_events);
+        let issued = std::mem::take(&mut self.ahead_issued);
+        if self.outcome.is_some() {
+            return;
+        }
+        let paused = match progress {
+            Progress::Parked => false,
+            Progress::Ended(end) => {
+                strand.cont = Some(Box::new(Cont::End(end)));
+                strand.zombie = true;
+                self.recount(&mut strand);
+                true
+            }
+            Progress::Paused | Progress::Continue => true,
+        };
+        let end = view_of(&strand);
+        if let Some(ahead) = strand.ahead.as_mut() {
+            ahead.segments.push_back(Segment {
+                trigger,
+                events,
+                issued,
+                end,
+                paused,
+            });
+        }
+        self.strands.insert(id, strand);
+    }
+
+    /// Commit a strand's first segment of work done ahead: its events join the run's, its
+    /// effects get their final ids. Returns whether the strand paused at its end (the order
+    /// goes on with it now).
+    fn commit_segment(&mut self, strand: &mut Strand) -> bool {
+        let Some(ahead) = strand.ahead.as_mut() else {
+            return false;
+        };
+        let Some(segment) = ahead.segments.pop_front() else {
+            return false;
+        };
+        self.events.extend(segment.events);
+        for provisional in segment.issued {
+            let Some(id) = self.effects.commit(provisional) else {
+                continue;
+            };
+            if let Some(site) = self.sites.remove(&provisional) {
+                self.sites.insert(id, site);
+            }
+            for later in ahead.segments.iter_mut() {
+                if later.trigger == Trigger::Effect(provisional) {
+                    later.trigger = Trigger::Effect(id);
+                }
+            }
+            if let Some(entry) = strand.stack.last_mut().and_then(|c| c.entry.as_mut())
+                && let Some(Wait::Effect(waited, work)) = entry.waiting
+                && waited == provisional
+            {
+                entry.waiting = Some(Wait::Effect(id, work));
+            }
+        }
+        ahead.view = segment.end;
+        if ahead.segments.is_empty() {
+            strand.ahead = None;
+        }
+        segment.paused
     }
 
     /// A strand's own chain ended: the main walk's end is the run's; a task's end goes to
@@ -529,8 +769,21 @@ impl Run {
         self.end(outcome);
     }
 
-    /// Take one answer: it goes to the entry waiting on it, or it is a wait's timeout.
+    /// Take one answer: it goes to the entry waiting on it, or it is a wait's timeout. An
+    /// answer the strand already ran ahead on commits the segment it started.
     fn deliver(&mut self, delivered: Delivered) {
+        let Some(answer) = delivered.answer else {
+            let Some(mut strand) = self.strands.remove(&delivered.strand) else {
+                return;
+            };
+            if strand.front_trigger() == Some(Trigger::Effect(delivered.id))
+                && self.commit_segment(&mut strand)
+            {
+                self.runnable.insert(delivered.strand);
+            }
+            self.strands.insert(delivered.strand, strand);
+            return;
+        };
         let Some(strand) = self.strands.get_mut(&delivered.strand) else {
             return;
         };
@@ -545,8 +798,8 @@ impl Run {
             return;
         }
         let replied = delivered.work == Work::Chat
-            && matches!(&delivered.answer, Answer::Value(v) if v.get("overflow").is_none());
-        entry.answer_with(delivered.answer);
+            && matches!(&answer, Answer::Value(v) if v.get("overflow").is_none());
+        entry.answer_with(answer);
         if replied {
             strand.turns += 1;
         }
@@ -575,9 +828,16 @@ impl Run {
 
     /// Stop a strand that is not running (a cancel, a fail-fast, its owner's end): its VMs
     /// are dropped, its outstanding work withdrawn, its slot freed, and every task its chains
-    /// own abandoned in turn.
+    /// own abandoned in turn. A strand that ran ahead is stopped where the committed order
+    /// left it: its uncommitted work is dropped unseen, and its teardowns name the entries the
+    /// order had.
     pub(crate) fn stop_strand(&mut self, mut strand: Box<Strand>) {
         self.runnable.remove(&strand.id);
+        strand.zombie = false;
+        strand.started_ahead = false;
+        self.recount(&mut strand);
+        let ahead = strand.ahead.take();
+        strand.cont = None;
         match strand.slot {
             Slot::Held => self.release_slot(&mut strand, Slot::Exempt),
             Slot::Queued => {
@@ -596,6 +856,28 @@ impl Run {
             }
         }
         let task = strand.task.clone();
+        if let Some(ahead) = ahead {
+            for segment in &ahead.segments {
+                if let Trigger::Effect(id) = segment.trigger {
+                    self.effects.withdraw(id);
+                }
+                for id in &segment.issued {
+                    self.effects.withdraw(*id);
+                }
+            }
+            while let Some(chain) = strand.stack.pop() {
+                if let Some(Wait::Effect(id, _)) = chain.entry.as_ref().and_then(|e| e.waiting) {
+                    self.effects.withdraw(id);
+                }
+                self.admission.remove_chain(chain.key);
+            }
+            if !ahead.view.unstarted {
+                for name in ahead.view.entries.iter().rev().flatten() {
+                    self.teardown(&task, name);
+                }
+            }
+            return;
+        }
         while let Some(chain) = strand.stack.pop() {
             if let Some(entry) = &chain.entry {
                 if let Some(Wait::Effect(id, _)) = entry.waiting {
@@ -656,6 +938,63 @@ fn models_state(prompt: &Prompt, ctx: &RunContext) -> ModelsState {
         default: None,
         has_snapshot: ctx.snapshot.is_some(),
         tools_always: Vec::new(),
+        tools_bound: !prompt.frontmatter.tools.is_empty(),
+        ahead: false,
+    }
+}
+
+/// What a strand counts for in the physical tally: a task ended ahead still holding its
+/// committed slot frees it in fact; a task started ahead of its admission uses one.
+fn physical_of(strand: &Strand) -> crate::scheduler::Physical {
+    use crate::scheduler::Physical;
+    if strand.zombie {
+        if strand.slot == Slot::Held {
+            Physical::Zombie
+        } else {
+            Physical::None
+        }
+    } else if strand.started_ahead {
+        Physical::Ahead
+    } else {
+        Physical::None
+    }
+}
+
+/// Whether a strand may run ahead on the answer to `id`: it waits on exactly that effect in
+/// its running entry, and nothing other strands do can reach it before the order does (it
+/// owns no tasks, its entry's model started none, and it is not parked on tasks).
+fn can_run_ahead(s: &Strand, id: EffectId) -> bool {
+    if s.cont.is_some() || s.wait.is_some() || s.start.is_some() {
+        return false;
+    }
+    if s.stack
+        .iter()
+        .any(|c| !c.owned.is_empty() || c.carried.is_some())
+    {
+        return false;
+    }
+    let Some(entry) = s.top().and_then(|c| c.entry.as_ref()) else {
+        return false;
+    };
+    entry.pending.is_none()
+        && entry.model_tasks.is_empty()
+        && entry.notices.is_empty()
+        && matches!(entry.waiting, Some(Wait::Effect(waited, _)) if waited == id)
+}
+
+/// A strand as others see it now.
+fn view_of(strand: &Strand) -> View {
+    let (section, blocked) = crate::tasks::activity(strand);
+    View {
+        unstarted: strand.stack.is_empty(),
+        section,
+        blocked,
+        turns: strand.turns,
+        entries: strand
+            .stack
+            .iter()
+            .map(|c| c.entry.as_ref().map(|e| e.name.clone()))
+            .collect(),
     }
 }
 

@@ -5,9 +5,9 @@
 //! tells them what happened. Both are deterministic: given the same calls in the same order they
 //! give the same answers, whatever the Host's timing.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
-use crate::protocol::{Answer, Batch, Delivery, Effect, EffectId};
+use crate::protocol::{Answer, Batch, Commits, Delivery, Effect, EffectId, PROVISIONAL};
 use crate::strand::StrandId;
 
 /// What kind of work an outstanding effect is, for the status of the strand waiting on it.
@@ -39,11 +39,26 @@ struct Live {
     strand: StrandId,
     delivery: Delivery,
     work: Work,
+    /// The id the Host knows it by: its provisional id when it was issued ahead.
+    sent_as: EffectId,
+    /// It has its final id and a place in its lane.
+    committed: bool,
 }
 
 /// An answer the run takes now.
 #[derive(Debug)]
 pub(crate) struct Delivered {
+    pub(crate) id: EffectId,
+    pub(crate) strand: StrandId,
+    pub(crate) work: Work,
+    /// The answer; `None` when the strand already consumed it running ahead (its segment is
+    /// committed instead).
+    pub(crate) answer: Option<Answer>,
+}
+
+/// An answer a strand consumes ahead of the committed order.
+#[derive(Debug)]
+pub(crate) struct AheadAnswer {
     pub(crate) id: EffectId,
     pub(crate) strand: StrandId,
     pub(crate) work: Work,
@@ -57,17 +72,36 @@ pub(crate) struct Delivered {
 /// it is answered; then the oldest answered timer. One answer is taken at a time, and the run
 /// runs every chain it unblocks before it takes the next, so the interleaving of chains depends
 /// only on the answers, never on when they arrived.
-#[derive(Debug, Default)]
+///
+/// Beside that committed order, a strand may run ahead on its own answers
+/// ([`Effects::take_ahead`]): the answer is consumed at once but the effect keeps its place in
+/// its lane, so the committed order still takes it where it would have. Effects a strand
+/// issues while it runs ahead get a provisional id (at or above [`PROVISIONAL`]) and go to the
+/// Host at once; they get their final id, in issue order, when the work that issued them is
+/// committed ([`Effects::commit`]), so final ids are the same whatever the timing.
+#[derive(Debug)]
 pub(crate) struct Effects {
     /// The Host's operator is a person (their answers are taken on arrival).
     live_operator: bool,
     next_id: EffectId,
+    next_provisional: EffectId,
     live: BTreeMap<EffectId, Live>,
     answers: BTreeMap<EffectId, Answer>,
+    /// Answered effects whose answer a strand consumed running ahead.
+    consumed: BTreeSet<EffectId>,
+    /// Provisional ids of committed effects still outstanding, to their final ids.
+    aliases: HashMap<EffectId, EffectId>,
     immediate: BTreeSet<EffectId>,
     ordered: BTreeSet<EffectId>,
     on_arrival: BTreeSet<EffectId>,
     batch: Batch,
+    commits: Commits,
+}
+
+impl Default for Effects {
+    fn default() -> Self {
+        Effects::new(false)
+    }
 }
 
 impl Effects {
@@ -75,7 +109,17 @@ impl Effects {
     pub(crate) fn new(live_operator: bool) -> Effects {
         Effects {
             live_operator,
-            ..Effects::default()
+            next_id: 0,
+            next_provisional: PROVISIONAL,
+            live: BTreeMap::new(),
+            answers: BTreeMap::new(),
+            consumed: BTreeSet::new(),
+            aliases: HashMap::new(),
+            immediate: BTreeSet::new(),
+            ordered: BTreeSet::new(),
+            on_arrival: BTreeSet::new(),
+            batch: Batch::default(),
+            commits: Commits::default(),
         }
     }
 
@@ -92,68 +136,161 @@ impl Effects {
                 strand,
                 delivery,
                 work,
+                sent_as: id,
+                committed: true,
             },
         );
         self.batch.issued.push((id, effect));
         (id, work)
     }
 
+    /// Issue an effect for a strand running ahead: it goes out with the next batch under a
+    /// provisional id, and takes no place in the order until it is committed.
+    pub(crate) fn issue_ahead(&mut self, strand: StrandId, effect: Effect) -> (EffectId, Work) {
+        let id = self.next_provisional;
+        self.next_provisional += 1;
+        let delivery = effect.delivery(self.live_operator);
+        let work = Work::of(&effect);
+        self.live.insert(
+            id,
+            Live {
+                strand,
+                delivery,
+                work,
+                sent_as: id,
+                committed: false,
+            },
+        );
+        self.batch.issued.push((id, effect));
+        (id, work)
+    }
+
+    /// Give an effect issued ahead its final id and its place in the order (the work that
+    /// issued it is being committed). Returns the final id.
+    pub(crate) fn commit(&mut self, provisional: EffectId) -> Option<EffectId> {
+        let mut live = self.live.remove(&provisional)?;
+        let id = self.next_id;
+        self.next_id += 1;
+        live.committed = true;
+        let delivery = live.delivery;
+        self.live.insert(id, live);
+        self.lane(delivery).insert(id);
+        if let Some(answer) = self.answers.remove(&provisional) {
+            self.answers.insert(id, answer);
+        }
+        if self.consumed.remove(&provisional) {
+            self.consumed.insert(id);
+        }
+        self.aliases.insert(provisional, id);
+        self.commits.renamed.push((provisional, id));
+        Some(id)
+    }
+
+    /// The current id of an effect the Host may know by its provisional id.
+    fn resolve(&self, id: EffectId) -> EffectId {
+        self.aliases.get(&id).copied().unwrap_or(id)
+    }
+
     /// The strand waiting on an outstanding effect.
     pub(crate) fn strand_of(&self, id: EffectId) -> Option<StrandId> {
-        self.live.get(&id).map(|live| live.strand)
+        self.live.get(&self.resolve(id)).map(|live| live.strand)
     }
 
     /// Record the Host's answer; an answer to an effect that is not outstanding is ignored.
     pub(crate) fn answer(&mut self, id: EffectId, answer: Answer) {
-        if self.live.contains_key(&id) {
+        let id = self.resolve(id);
+        if self.live.contains_key(&id) && !self.consumed.contains(&id) {
             self.answers.insert(id, answer);
         }
     }
 
-    /// The run no longer wants this effect's answer. An effect not yet handed to the Host is
-    /// taken back out of the batch; one already out is listed as withdrawn.
+    /// Forget an effect that left: its alias, its answer, its lane.
+    fn forget(&mut self, id: EffectId) -> Option<Live> {
+        let live = self.live.remove(&id)?;
+        self.answers.remove(&id);
+        self.consumed.remove(&id);
+        if live.sent_as != id {
+            self.aliases.remove(&live.sent_as);
+        }
+        if live.committed {
+            self.lane(live.delivery).remove(&id);
+        }
+        Some(live)
+    }
+
+    /// The run no longer wants this effect's answer: it is listed as withdrawn, by the id the
+    /// Host knows it by. An effect issued in the committed order stays in the batch even when
+    /// it is withdrawn before the Host saw it (the Host then records it and never starts it),
+    /// so a record holds every effect the order issued, however the steps fell; only an
+    /// effect issued ahead and never committed is taken back out unseen.
     pub(crate) fn withdraw(&mut self, id: EffectId) {
-        let Some(live) = self.live.remove(&id) else {
+        let id = self.resolve(id);
+        let Some(live) = self.forget(id) else {
             return;
         };
-        self.answers.remove(&id);
-        self.lane(live.delivery).remove(&id);
-        if let Some(at) = self.batch.issued.iter().position(|(i, _)| *i == id) {
-            self.batch.issued.remove(at);
-        } else {
-            self.batch.withdrawn.push(id);
+        let sent = live.sent_as;
+        match self.batch.issued.iter().position(|(i, _)| *i == sent) {
+            Some(at) if !live.committed => {
+                self.batch.issued.remove(at);
+            }
+            _ => self.batch.withdrawn.push(sent),
         }
     }
 
-    /// Withdraw everything outstanding (the run ended).
+    /// Withdraw everything outstanding (the run ended): what the order issued that never
+    /// went out is kept for [`Commits::unsent`].
     pub(crate) fn withdraw_all(&mut self) {
         let ids: Vec<EffectId> = self.live.keys().copied().collect();
         for id in ids {
             self.withdraw(id);
         }
+        let batch = std::mem::take(&mut self.batch);
+        self.commits.unsent.extend(batch.issued);
     }
 
     /// The next answer to take, if the order allows one now.
     pub(crate) fn next(&mut self) -> Option<Delivered> {
+        let ready = |id: &EffectId| self.answers.contains_key(id) || self.consumed.contains(id);
         let id = match self.immediate.first() {
             Some(&id) => {
-                if !self.answers.contains_key(&id) {
+                if !ready(&id) {
                     return None;
                 }
                 id
             }
             None => match self.ordered.first() {
-                Some(&id) if self.answers.contains_key(&id) => id,
-                _ => *self
-                    .on_arrival
-                    .iter()
-                    .find(|id| self.answers.contains_key(id))?,
+                Some(&id) if ready(&id) => id,
+                _ => *self.on_arrival.iter().find(|id| ready(id))?,
             },
         };
-        let answer = self.answers.remove(&id)?;
-        let live = self.live.remove(&id)?;
-        self.lane(live.delivery).remove(&id);
+        let answer = self.answers.remove(&id);
+        let live = self.forget(id)?;
+        self.commits.taken.push(id);
         Some(Delivered {
+            id,
+            strand: live.strand,
+            work: live.work,
+            answer,
+        })
+    }
+
+    /// An answer a strand may consume ahead of the committed order: an answered ordered
+    /// effect (or one issued ahead) whose strand `eligible` accepts. Its effect stays
+    /// outstanding, marked consumed, until the committed order takes it.
+    pub(crate) fn take_ahead(
+        &mut self,
+        mut eligible: impl FnMut(StrandId, EffectId) -> bool,
+    ) -> Option<AheadAnswer> {
+        let id = *self.answers.keys().find(|id| {
+            self.live.get(id).is_some_and(|live| {
+                (!live.committed || live.delivery == Delivery::Ordered)
+                    && eligible(live.strand, **id)
+            })
+        })?;
+        let answer = self.answers.remove(&id)?;
+        let live = self.live.get(&id)?;
+        self.consumed.insert(id);
+        Some(AheadAnswer {
             id,
             strand: live.strand,
             work: live.work,
@@ -178,6 +315,11 @@ impl Effects {
     pub(crate) fn take_batch(&mut self) -> Batch {
         std::mem::take(&mut self.batch)
     }
+
+    /// Take the renames and the answers taken since the last call.
+    pub(crate) fn take_commits(&mut self) -> Commits {
+        std::mem::take(&mut self.commits)
+    }
 }
 
 /// A chain's node in the admission tree.
@@ -192,6 +334,25 @@ struct Node {
     active: u32,
     /// Tasks of this owner waiting for a slot, by spawn sequence.
     queue: BTreeMap<u64, StrandId>,
+    /// Of `active`: tasks whose strand has physically ended ahead of the committed order
+    /// (their slot is free in fact, though not yet in the order).
+    zombies: u32,
+    /// Queued tasks whose strand has physically started ahead of their admission.
+    ahead: u32,
+    /// The spawn sequence of the last of this owner's queued tasks started ahead.
+    cursor: Option<u64>,
+}
+
+/// What a strand counts for in the physical tally beside the committed one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub(crate) enum Physical {
+    /// Nothing beyond its committed slot.
+    #[default]
+    None,
+    /// Started ahead of its admission: it uses a slot the order has not given it.
+    Ahead,
+    /// Ended ahead of the order: the slot it holds is free in fact.
+    Zombie,
 }
 
 /// The concurrency limit (chapters 14 and 15): every task holds a slot at its owner chain and
@@ -233,6 +394,9 @@ impl Admission {
                 limit: None,
                 active: 0,
                 queue: BTreeMap::new(),
+                zombies: 0,
+                ahead: 0,
+                cursor: None,
             },
         );
         key
@@ -346,6 +510,75 @@ impl Admission {
     /// Give back a slot held under `owner`.
     pub(crate) fn release(&mut self, owner: ChainKey) {
         self.adjust(owner, false);
+    }
+
+    /// Move a strand's physical count under `owner` from `from` to `to`.
+    pub(crate) fn recount(&mut self, owner: ChainKey, from: Physical, to: Physical) {
+        if from == to {
+            return;
+        }
+        let mut next = Some(owner);
+        while let Some(key) = next {
+            let Some(node) = self.nodes.get_mut(&key) else {
+                break;
+            };
+            match from {
+                Physical::Ahead => node.ahead = node.ahead.saturating_sub(1),
+                Physical::Zombie => node.zombies = node.zombies.saturating_sub(1),
+                Physical::None => {}
+            }
+            match to {
+                Physical::Ahead => node.ahead += 1,
+                Physical::Zombie => node.zombies += 1,
+                Physical::None => {}
+            }
+            next = node.parent;
+        }
+    }
+
+    /// Whether a task of `owner` could run in fact now: the slots in use in fact (held, less
+    /// those whose strand ended ahead, plus those started ahead) are under every limit.
+    fn has_physical_room(&self, owner: ChainKey) -> bool {
+        let mut limit = self.ceiling;
+        let path: Vec<&Node> = self.path(owner).map(|(_, node)| node).collect();
+        for node in path.iter().rev() {
+            if let Some(own) = node.limit {
+                limit = limit.min(own);
+            }
+            if (node.active.saturating_sub(node.zombies) + node.ahead) >= limit {
+                return false;
+            }
+        }
+        true
+    }
+
+    /// The next queued task to start ahead of its admission, in the order admission would
+    /// take it, when a slot is free in fact: the first task of an owner with room that
+    /// `fresh` accepts (one that has never run), after the ones already started ahead.
+    pub(crate) fn next_ahead(
+        &mut self,
+        mut fresh: impl FnMut(StrandId) -> bool,
+    ) -> Option<StrandId> {
+        let owners: Vec<ChainKey> = self.heads.iter().map(|&(_, owner)| owner).collect();
+        for owner in owners {
+            if !self.has_physical_room(owner) {
+                continue;
+            }
+            let Some(node) = self.nodes.get_mut(&owner) else {
+                continue;
+            };
+            let from = node.cursor.map_or(0, |c| c + 1);
+            let found = node
+                .queue
+                .range(from..)
+                .find(|(_, strand)| fresh(**strand))
+                .map(|(&seq, &strand)| (seq, strand));
+            if let Some((seq, strand)) = found {
+                node.cursor = Some(seq);
+                return Some(strand);
+            }
+        }
+        None
     }
 
     /// Admit every queued strand that fits, in spawn order, taking a slot for each.
@@ -475,7 +708,7 @@ mod tests {
         assert_eq!(batch.issued.len(), 1);
         let (b, _) = fx.issue(2, Effect::Ask);
         let (c, _) = fx.issue(3, Effect::Ask);
-        fx.withdraw(b); // never left the engine
+        fx.withdraw(b); // never left the engine: still reported, as issued and withdrawn
         fx.withdraw(a); // already with the Host
         fx.answer(a, value(1)); // a late answer is ignored
         fx.answer(c, value(3));
@@ -483,10 +716,54 @@ mod tests {
         let batch = fx.take_batch();
         assert_eq!(
             batch.issued.iter().map(|(i, _)| *i).collect::<Vec<_>>(),
-            [c]
+            [b, c]
         );
-        assert_eq!(batch.withdrawn, [a]);
+        assert_eq!(batch.withdrawn, [b, a]);
         assert!(!fx.any_live());
+    }
+
+    #[test]
+    fn effects_issued_ahead_get_final_ids_in_commit_order() {
+        let mut fx = Effects::default();
+        let (a, _) = fx.issue(1, Effect::Ask);
+        let (b, _) = fx.issue(2, Effect::Ask);
+        // b's answer comes first: its strand runs ahead on it and issues p.
+        fx.answer(b, value(2));
+        assert!(fx.next().is_none(), "the order still waits for a");
+        let taken = fx.take_ahead(|strand, _| strand == 2).unwrap();
+        assert_eq!((taken.id, taken.strand), (b, 2));
+        let (p, _) = fx.issue_ahead(2, Effect::Ask);
+        assert!(crate::protocol::is_provisional(p));
+        // p's answer arrives under its provisional id before the order reaches it.
+        fx.answer(p, value(3));
+        // A never-committed effect issued ahead leaves the batch unseen when withdrawn.
+        let (q, _) = fx.issue_ahead(2, Effect::Ask);
+        fx.withdraw(q);
+        let batch = fx.take_batch();
+        assert_eq!(
+            batch.issued.iter().map(|(i, _)| *i).collect::<Vec<_>>(),
+            [a, b, p]
+        );
+        assert!(batch.withdrawn.is_empty());
+        fx.answer(a, value(1));
+        assert_eq!(fx.next().unwrap().id, a);
+        let delivered = fx.next().unwrap();
+        assert_eq!(delivered.id, b);
+        assert!(delivered.answer.is_none(), "consumed ahead");
+        // Committing b's segment gives p the next final id; its answer moves with it.
+        let id = fx.commit(p).unwrap();
+        assert_eq!(id, 2);
+        assert_eq!(
+            fx.strand_of(p),
+            Some(2),
+            "the provisional id still finds it"
+        );
+        let delivered = fx.next().unwrap();
+        assert_eq!(delivered.id, id);
+        assert!(delivered.answer.is_some());
+        let commits = fx.take_commits();
+        assert_eq!(commits.renamed, [(p, id)]);
+        assert_eq!(commits.taken, [a, b, id]);
     }
 
     #[test]

@@ -6,16 +6,19 @@
 //! under the concurrency limit, its round count and, while parked on tasks, what it waits for.
 //! Strands never touch each other: the run moves answers and results between them.
 
+use std::collections::VecDeque;
 use std::sync::Arc;
 
-use promptforge_lua::vm::{Answer, SectionVm};
+use promptforge_lua::vm::{Answer, LuaFailure, Request, SectionVm};
 use promptforge_syntax::SectionId;
 use serde_json::Value as Json;
 
 use crate::determinism::ChainRef;
+use crate::events::Event;
 use crate::ids::TaskId;
 use crate::protocol::EffectId;
-use crate::scheduler::{ChainKey, Work};
+use crate::run::StrandEnd;
+use crate::scheduler::{ChainKey, Physical, Work};
 use crate::tasks::Notice;
 
 /// A strand's id: its position in creation order (never reused within a run).
@@ -68,6 +71,9 @@ pub(crate) struct Entry {
     pub(crate) model_tasks: Vec<TaskId>,
     /// Task notices waiting for this entry's next round, in arrival order.
     pub(crate) notices: Vec<Notice>,
+    /// A suspended call not dispatched yet: the strand ran ahead to it, and it waits for the
+    /// committed order to reach it.
+    pub(crate) pending: Option<Request>,
 }
 
 impl Entry {
@@ -217,6 +223,79 @@ pub(crate) struct Strand {
     pub(crate) wait: Option<TaskWait>,
     /// The depth of the strand's own chain.
     pub(crate) depth: u32,
+    /// Work done ahead of the committed order, not committed yet.
+    pub(crate) ahead: Option<Box<Ahead>>,
+    /// Where the strand stopped running ahead when it was not at a suspended call: what the
+    /// committed order does next on it.
+    pub(crate) cont: Option<Box<Cont>>,
+    /// Started in fact before the committed order admitted it.
+    pub(crate) started_ahead: bool,
+    /// Its own chain ended in fact, ahead of the committed order.
+    pub(crate) zombie: bool,
+    /// What the strand counts for in the admission tree's physical tally.
+    pub(crate) physical: Physical,
+}
+
+/// What the committed order does on a strand that stopped running ahead between calls.
+#[derive(Debug)]
+pub(crate) enum Cont {
+    /// Its own chain ended this way.
+    End(StrandEnd),
+    /// A chain failed this way (a cancel, which ends the run).
+    Failed {
+        place: Place,
+        failure: LuaFailure,
+        around: bool,
+    },
+}
+
+/// What starts a segment of work done ahead, in the committed order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Trigger {
+    /// The task's admission (its first run).
+    Admission,
+    /// The answer to this effect.
+    Effect(EffectId),
+}
+
+/// A strand's state as others may see it (`tasks.status`, a stop's teardown), where the
+/// committed order last left it.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct View {
+    /// It has not run yet (its activity then follows its slot).
+    pub(crate) unstarted: bool,
+    /// The section of its own chain's entry.
+    pub(crate) section: Option<String>,
+    /// What it waits on.
+    pub(crate) blocked: Option<&'static str>,
+    /// Its round count.
+    pub(crate) turns: u32,
+    /// Each chain's entry in progress, bottom first.
+    pub(crate) entries: Vec<Option<String>>,
+}
+
+/// One stretch of a strand's work done ahead: from the answer (or admission) that starts it to
+/// the next wait. Committing it releases its events and gives its effects their final ids,
+/// exactly as running it at that point of the order would have.
+#[derive(Debug)]
+pub(crate) struct Segment {
+    pub(crate) trigger: Trigger,
+    pub(crate) events: Vec<Event>,
+    /// The effects it issued, by provisional id, in issue order.
+    pub(crate) issued: Vec<EffectId>,
+    /// The strand as it was at the segment's end.
+    pub(crate) end: View,
+    /// It ended at a point only the committed order may pass (a pending call or a `Cont`).
+    pub(crate) paused: bool,
+}
+
+/// A strand's work ahead of the committed order.
+#[derive(Debug)]
+pub(crate) struct Ahead {
+    /// The strand where the committed order left it.
+    pub(crate) view: View,
+    /// The segments not committed yet, oldest first.
+    pub(crate) segments: VecDeque<Segment>,
 }
 
 impl Strand {
@@ -228,5 +307,18 @@ impl Strand {
     /// The running chain, mutably.
     pub(crate) fn top_mut(&mut self) -> Option<&mut Chain> {
         self.stack.last_mut()
+    }
+
+    /// The round count where the committed order left it.
+    pub(crate) fn committed_turns(&self) -> u32 {
+        self.ahead.as_ref().map_or(self.turns, |a| a.view.turns)
+    }
+
+    /// The segment the committed order takes next, if the strand is ahead.
+    pub(crate) fn front_trigger(&self) -> Option<Trigger> {
+        self.ahead
+            .as_ref()
+            .and_then(|a| a.segments.front())
+            .map(|s| s.trigger)
     }
 }

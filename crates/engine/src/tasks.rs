@@ -260,6 +260,11 @@ impl Run {
             turns: 0,
             wait: None,
             depth,
+            ahead: None,
+            cont: None,
+            started_ahead: false,
+            zombie: false,
+            physical: crate::scheduler::Physical::None,
         });
         self.queue_for_slot(&mut strand);
         self.strands.insert(strand_id, strand);
@@ -350,7 +355,7 @@ impl Run {
         if let Some(strand) = &strand
             && let Some(record) = self.tasks.records.get_mut(id)
         {
-            record.turns = strand.turns;
+            record.turns = strand.committed_turns();
         }
         self.record_ending(id, ending);
         if let Some(strand) = strand {
@@ -810,7 +815,7 @@ impl Run {
                     .map(|e| e.name.clone());
                 (bottom, None)
             }
-            Some(other) => activity(other),
+            Some(other) => committed_activity(other),
             None => (None, None),
         };
         Some(StatusView {
@@ -820,7 +825,7 @@ impl Run {
             ok: record.ok,
             section,
             blocked,
-            turns: strand.map_or(record.turns, |s| s.turns),
+            turns: strand.map_or(record.turns, |s| s.committed_turns()),
             tasks: strand.map(|s| self.live_children(s)).unwrap_or_default(),
             depth: record.depth,
             note: record.note.clone(),
@@ -1031,7 +1036,21 @@ impl StatusView {
 
 /// What a live task is doing, from its own chain's point of view: the section it is in and
 /// what it waits on (`queued`, `chat`, `tool_call`, `store`, `tasks`, `call`).
-fn activity(strand: &Strand) -> (Option<String>, Option<&'static str>) {
+/// A strand's activity where the committed order left it (a strand that ran ahead is seen
+/// as it was before its uncommitted work).
+fn committed_activity(strand: &Strand) -> (Option<String>, Option<&'static str>) {
+    match &strand.ahead {
+        Some(ahead) if ahead.view.unstarted => {
+            let queued = strand.slot == Slot::Queued;
+            (None, queued.then_some("queued"))
+        }
+        Some(ahead) => (ahead.view.section.clone(), ahead.view.blocked),
+        None => activity(strand),
+    }
+}
+
+/// A strand's activity: the section of its own chain's entry and what it waits on.
+pub(crate) fn activity(strand: &Strand) -> (Option<String>, Option<&'static str>) {
     let bottom = strand.stack.first();
     let section = bottom
         .and_then(|c| c.entry.as_ref())

@@ -238,6 +238,7 @@ impl Run {
             answer: None,
             model_tasks,
             notices,
+            pending: None,
         }))
     }
 
@@ -364,30 +365,55 @@ impl Run {
                 }
                 entry.running = true;
             }
-            let answer = entry.answer.take();
-            let step = entry.vm.resume(answer);
-            for message in entry.vm.take_logs() {
-                self.event(
-                    &s.task,
-                    EventKind::Log {
-                        section: entry.name.clone(),
-                        message,
-                    },
-                );
-            }
-            // A recorded jump wins over however the block ended (pcall cannot cancel it).
-            if entry.stage == Stage::Blocks
-                && !matches!(step, BlockStep::Suspended(_))
-                && let Some(target) = entry.vm.take_jump()
+            // A call the strand ran ahead to is dispatched now, in the committed order.
+            let step = match entry.pending.take() {
+                Some(request) => BlockStep::Suspended(request),
+                None => {
+                    let answer = entry.answer.take();
+                    let step = entry.vm.resume(answer);
+                    for message in entry.vm.take_logs() {
+                        self.event(
+                            &s.task,
+                            EventKind::Log {
+                                section: entry.name.clone(),
+                                message,
+                            },
+                        );
+                    }
+                    // A recorded jump wins over however the block ended (pcall cannot cancel
+                    // it).
+                    if entry.stage == Stage::Blocks
+                        && !matches!(step, BlockStep::Suspended(_))
+                        && let Some(target) = entry.vm.take_jump()
+                    {
+                        entry.running = false;
+                        self.block_succeeded(&s.task, &entry);
+                        return self.finish_entry(s, entry, None, Some(target));
+                    }
+                    step
+                }
+            };
+            if let BlockStep::Suspended(request) = &step
+                && self.ahead.is_some()
+                && !local_request(request)
             {
-                entry.running = false;
-                self.block_succeeded(&s.task, &entry);
-                return self.finish_entry(s, entry, None, Some(target));
+                // Only the committed order may pass this call: the strand stops here.
+                if let BlockStep::Suspended(request) = step {
+                    entry.pending = Some(request);
+                }
+                Self::park_entry(s, entry);
+                return Progress::Paused;
             }
             match step {
                 BlockStep::Suspended(request) => match self.dispatch(s, &mut entry, &request) {
                     Ok(crate::dispatch::Dispatch::Effect(effect)) => {
-                        let (id, work) = self.effects.issue(s.id, effect);
+                        let (id, work) = if self.ahead.is_some() {
+                            let issued = self.effects.issue_ahead(s.id, effect);
+                            self.ahead_issued.push(issued.0);
+                            issued
+                        } else {
+                            self.effects.issue(s.id, effect)
+                        };
                         if self.ctx.effect_sites {
                             self.sites.insert(
                                 id,
@@ -682,6 +708,15 @@ impl Run {
         around: bool,
     ) -> Progress {
         if failure.kind == FailureKind::Cancelled {
+            if self.ahead.is_some() {
+                // Ending the run is the committed order's to do.
+                s.cont = Some(Box::new(crate::strand::Cont::Failed {
+                    place,
+                    failure,
+                    around,
+                }));
+                return Progress::Paused;
+            }
             // The Host cancelled: the whole run ends, whichever chain saw it.
             self.end(crate::outcome::Outcome::Cancelled);
             return Progress::Continue;
@@ -703,5 +738,23 @@ impl Run {
                 h1_gate: place == Place::H1 && !around,
             }),
         }
+    }
+}
+
+/// Whether a strand running ahead may make this call: model rounds, tool calls (but the
+/// operator's ask tool) and `call` depend only on the strand's own state. Everything else
+/// (store calls, fanouts, tasks, questions, the shim's `sync`) observes or changes what other
+/// strands see, so it waits for the committed order.
+fn local_request(request: &promptforge_lua::vm::Request) -> bool {
+    match request.op.as_str() {
+        "model.infer" | "model.loop" | "call" => true,
+        "tool.call" => {
+            request
+                .payload
+                .get("path")
+                .and_then(serde_json::Value::as_str)
+                != Some(crate::protocol::ASK_TOOL_PATH)
+        }
+        _ => false,
     }
 }

@@ -65,6 +65,25 @@ pub struct ModelsState {
     pub has_snapshot: bool,
     /// The run-wide `tools.always` aliases, in order, with their description overrides.
     pub tools_always: Vec<(String, Option<String>)>,
+    /// The prompt binds tool slots (so `tools.always` can change the run-wide list).
+    pub tools_bound: bool,
+    /// The VM running now belongs to a strand running ahead of the run's committed order:
+    /// reading state another strand may still change, or changing it, must wait for the
+    /// order (the shim's `sync`).
+    pub ahead: bool,
+}
+
+impl ModelsState {
+    /// Whether the prompt-wide default may still change while a strand runs ahead (it is
+    /// unset and there are roles to set it to).
+    pub fn default_unsettled(&self) -> bool {
+        self.ahead && self.default.is_none() && !self.roles.is_empty()
+    }
+
+    /// Whether the run-wide `tools.always` list may still change while a strand runs ahead.
+    pub fn tools_unsettled(&self) -> bool {
+        self.ahead && self.tools_bound
+    }
 }
 
 /// Sampling options set by `models.use`.

@@ -631,6 +631,9 @@ impl SectionVm {
                         }
                     }
                     "models_default" => {
+                        if c != Value::Boolean(true) && s.borrow().models.borrow().ahead {
+                            return (Value::Nil, Value::Nil, true).into_lua_multi(lua);
+                        }
                         let result = {
                             let st = s.borrow();
                             let mut state = st.models.borrow_mut();
@@ -659,6 +662,13 @@ impl SectionVm {
                     "is_handle" => models::as_handle(&a).is_some().into_lua_multi(lua),
                     "round_model" => {
                         let st = s.borrow();
+                        if models::as_handle(&a).is_none()
+                            && st.selection.is_none()
+                            && c != Value::Boolean(true)
+                            && st.models.borrow().default_unsettled()
+                        {
+                            return (Value::Nil, Value::Nil, true).into_lua_multi(lua);
+                        }
                         match models::round_handle(
                             &st.models,
                             models::as_handle(&a),
@@ -760,6 +770,9 @@ impl SectionVm {
                         };
                         let st = s.borrow();
                         let mut state = st.models.borrow_mut();
+                        if c != Value::Boolean(true) && state.ahead {
+                            return (Value::Nil, Value::Nil, true).into_lua_multi(lua);
+                        }
                         match state.tools_always.iter_mut().find(|(a, _)| *a == alias) {
                             Some(entry) => {
                                 if description.is_some() {
@@ -771,8 +784,11 @@ impl SectionVm {
                         Ok(MultiValue::new())
                     }
                     "tools_always_list" => {
-                        let list = lua.create_table()?;
                         let st = s.borrow();
+                        if c != Value::Boolean(true) && st.models.borrow().tools_unsettled() {
+                            return (Value::Nil, Value::Nil, true).into_lua_multi(lua);
+                        }
+                        let list = lua.create_table()?;
                         for (i, (alias, description)) in
                             st.models.borrow().tools_always.iter().enumerate()
                         {
@@ -786,6 +802,12 @@ impl SectionVm {
                     "first_tool_call" => {
                         // sys.model appears at the section's first tool call, when it has a model.
                         let mut st = s.borrow_mut();
+                        if st.selection.is_none()
+                            && c != Value::Boolean(true)
+                            && st.models.borrow().default_unsettled()
+                        {
+                            return (Value::Nil, Value::Nil, true).into_lua_multi(lua);
+                        }
                         let model = models::round_handle(&st.models, None, st.selection.as_ref());
                         if let (Some(handle), Json::Object(sys)) = (model, &mut st.sys) {
                             sys.insert("model".to_owned(), Json::String(handle.model_id));

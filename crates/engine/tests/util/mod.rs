@@ -138,6 +138,8 @@ pub struct Transcript {
     pub most_rounds: usize,
     /// The most section VMs alive at once, sampled whenever the run waits.
     pub most_vms: usize,
+    /// How many effects went out ahead of the committed order (under provisional ids).
+    pub ahead: usize,
     pub files: BTreeMap<String, String>,
 }
 
@@ -222,11 +224,27 @@ pub fn drive_run(run: &mut Run, mut harness: FakeHarness, order: Order) -> Trans
         _ => 1,
     };
     let mut idle = 0;
+    let mut ahead = 0;
+    // Effects issued ahead under provisional ids, until their issue is committed.
+    let mut provisional: BTreeMap<EffectId, Effect> = BTreeMap::new();
+    let mut finals: BTreeMap<EffectId, EffectId> = BTreeMap::new();
     loop {
         let step = run.step();
         events.extend(run.take_events());
+        let commits = run.take_commits();
+        for (prov, id) in commits.renamed {
+            finals.insert(prov, id);
+            if let Some(effect) = provisional.remove(&prov) {
+                effects.push((id, effect));
+            }
+        }
+        for (id, effect) in commits.unsent {
+            effects.push((finals.get(&id).copied().unwrap_or(id), effect));
+        }
         let batch = match step {
             Step::Done(outcome) => {
+                // The run's effects as the committed order issued them.
+                effects.sort_by_key(|(id, _)| *id);
                 return Transcript {
                     outcome,
                     events,
@@ -235,6 +253,7 @@ pub fn drive_run(run: &mut Run, mut harness: FakeHarness, order: Order) -> Trans
                     most_outstanding,
                     most_rounds,
                     most_vms,
+                    ahead,
                     files: harness.files,
                 };
             }
@@ -243,10 +262,34 @@ pub fn drive_run(run: &mut Run, mut harness: FakeHarness, order: Order) -> Trans
         most_vms = most_vms.max(promptforge_lua::vm::live_vms());
         for id in &batch.withdrawn {
             held.retain(|(h, _)| h != id);
-            withdrawn.push(*id);
+            if !promptforge_engine::is_provisional(*id) {
+                withdrawn.push(*id);
+            } else if let Some(id) = finals.get(id) {
+                withdrawn.push(*id);
+            } else {
+                provisional.remove(id);
+            }
         }
-        effects.extend(batch.issued.iter().cloned());
-        held.extend(batch.issued);
+        for (id, effect) in &batch.issued {
+            if promptforge_engine::is_provisional(*id) {
+                ahead += 1;
+                match finals.get(id) {
+                    Some(final_id) => effects.push((*final_id, effect.clone())),
+                    None => {
+                        provisional.insert(*id, effect.clone());
+                    }
+                }
+            } else {
+                effects.push((*id, effect.clone()));
+            }
+        }
+        // An effect issued and withdrawn in one batch is recorded but never started.
+        held.extend(
+            batch
+                .issued
+                .into_iter()
+                .filter(|(id, _)| !batch.withdrawn.contains(id)),
+        );
         most_outstanding = most_outstanding.max(held.len());
         most_rounds = most_rounds.max(
             held.iter()

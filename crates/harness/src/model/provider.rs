@@ -41,6 +41,12 @@ pub trait ModelProvider: Send + Sync + Debug {
         let _ = request;
         None
     }
+
+    /// Whether the provider's replies depend on the order rounds reach it (a script played
+    /// in order): the Host then issues rounds in the run's committed order only.
+    fn binds_in_order(&self) -> bool {
+        false
+    }
 }
 
 /// Watches a round's reply as it streams (the Host's live output). Observers must be quick:

@@ -580,6 +580,10 @@ impl ModelProvider for ScriptedModel {
         Some(self.answer(request))
     }
 
+    fn binds_in_order(&self) -> bool {
+        true
+    }
+
     fn stream<'a>(
         &'a self,
         request: &'a ChatRequest,

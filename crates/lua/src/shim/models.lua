@@ -17,7 +17,7 @@ models.use = function(...)
   return handle
 end
 models.default = function(label)
-  local handle, message = host('models_default', label)
+  local handle, message = P.synced('models_default', label)
   if message then raise(message) end
   return handle
 end
@@ -42,7 +42,7 @@ models.infer = function(...)
     prompt = b
   end
   check_string('prompt', prompt)
-  local target, message = host('round_model', handle)
+  local target, message = P.synced('round_model', handle)
   if message then
     error(make_error('internal', message, nil, { run_kind = 'Binding', epoch = epoch() }), 0)
   end
@@ -130,7 +130,7 @@ models.loop = function(...)
   end
   local checked, message = host('loop_compose', list)
   if checked == nil then raise(message) end
-  local target, missing = host('round_model', handle)
+  local target, missing = P.synced('round_model', handle)
   if missing then typed_error('internal', missing, nil, 'Binding') end
   local answered, rounds = false, 0
   -- Whether the list still holds exactly what the check above composed.
@@ -147,7 +147,7 @@ models.loop = function(...)
     end
     -- The section's model is looked up again for every round (unless a handle pins it).
     if handle == nil then
-      target, missing = host('round_model', nil)
+      target, missing = P.synced('round_model', nil)
       if missing then typed_error('internal', missing, nil, 'Binding') end
     end
     local composed, fits

@@ -47,6 +47,20 @@ F.suspend = function(op, payload, allowed_in_shared_load)
     { run_kind = run_kind, epoch = suspends })
   error(e, 0)
 end
+-- Run-wide model state (the prompt-wide default, the tools.always list) is read and changed
+-- in the run's committed order. While this strand runs ahead of that order the host answers
+-- a third value, true; the strand then pauses here (a yield the Engine answers once its order
+-- reaches it, not counted as a suspension) and asks again. Where no yield is possible (inside
+-- a metamethod called from C), it goes on without waiting.
+F.synced = function(op, a, b)
+  local x, y, ahead = host(op, a, b)
+  if not ahead then return x, y end
+  if yieldable() then
+    yield('sync', nil)
+    return host(op, a, b)
+  end
+  return host(op, a, b, true)
+end
 F.in_shared_load = function() return P.in_shared end
 F.epoch = function() return P.suspends end
 F.control_pending = function() return host('control_pending') end

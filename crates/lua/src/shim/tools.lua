@@ -73,7 +73,7 @@ local handler_depth = 0
 -- The bound scope: the run-wide tools.always aliases, then this section's additions.
 local function bound_scope()
   local scope, seen = {}, {}
-  local always = host('tools_always_list')
+  local always = P.synced('tools_always_list')
   for i = 1, #always do
     local alias = always[i].alias
     if not seen[alias] then seen[alias] = true; scope[#scope + 1] = alias end
@@ -207,7 +207,7 @@ local function count_call(alias)
   if counts == nil then
     counts = {}
     rawset(P.tools_table(), 'calls', calls_view())
-    host('first_tool_call')
+    P.synced('first_tool_call')
   end
   local scope = bound_scope()
   for i = 1, #scope do seed(scope[i]) end
@@ -285,7 +285,7 @@ M.always = function(alias, description)
   if description ~= nil and type(description) ~= 'string' then
     raise('tools.always override must be a string, got ' .. arg_type(description))
   end
-  host('tools_always', alias, description)
+  P.synced('tools_always', alias, description)
 end
 
 M.add = function(...)
