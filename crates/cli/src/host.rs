@@ -431,7 +431,10 @@ impl Host {
         // Strands run ahead on their own answers unless a provider here binds answers by issue
         // order (its effects must then go out in the committed order), or this is a replay
         // (which hands answers back in the recorded order one at a time anyway).
-        if self.binds_in_issue_order() || self.replay.is_some() {
+        // `PROMPTFORGE_RUN_AHEAD=off` keeps every strand in the committed order (a way to
+        // rule run-ahead out when chasing a problem; results are the same either way).
+        let off = std::env::var("PROMPTFORGE_RUN_AHEAD").is_ok_and(|v| v == "off");
+        if off || self.binds_in_issue_order() || self.replay.is_some() {
             run.set_run_ahead(false);
         }
         let mut in_flight: BTreeMap<EffectId, AbortHandle> = BTreeMap::new();
@@ -467,6 +470,21 @@ impl Host {
                 Step::Done(outcome) => {
                     for handle in in_flight.values() {
                         handle.abort();
+                    }
+                    // Replies that streamed before the end (a race's loser, a cancelled or
+                    // failed run) still cost their tokens: counted, and kept in the record.
+                    while let Ok(message) = self.rx.try_recv() {
+                        match message {
+                            HostMessage::Replied(id, usage) => {
+                                self.progress.round_finished(id, Some(usage.as_ref()));
+                            }
+                            HostMessage::Answer(id, answer) => {
+                                if let Some(recorder) = &mut self.recorder {
+                                    recorder.answered(id, &answer);
+                                }
+                            }
+                            HostMessage::Wake => {}
+                        }
                     }
                     if let Some(recorder) = &mut self.recorder {
                         // What the order issued in the last step never went out: recorded,

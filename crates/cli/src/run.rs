@@ -485,6 +485,8 @@ struct Finished {
     diagnosis: Diagnosis,
     /// The summary line, when the progress display was drawn.
     summary: Option<String>,
+    /// The run's record, to keep once the outcome is out.
+    record: Option<PendingRecord>,
 }
 
 fn execute(
@@ -502,6 +504,7 @@ fn execute(
         model: None,
         diagnosis: Diagnosis::default(),
         summary: None,
+        record: None,
     };
     let parsed = Prompt::parse(text);
     ctx.args = match &parsed {
@@ -629,17 +632,16 @@ fn execute(
     let mut run = Run::new(Arc::new(prompt), ctx);
     let (events, json) = (args.events, args.json);
     let outcome = host.drive(&mut run, &mut |event| show_event(event, events, json));
-    if let Some(recorder) = host.take_recorder() {
-        let wall_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
-        keep_record(
-            recorder,
-            &outcome,
-            wall_ms,
-            history.as_deref(),
-            otel.as_deref(),
-            &info,
-        );
-    }
+    // Kept once the outcome is reported: the history write and an OpenTelemetry export are
+    // never on the way to the result.
+    let record = host.take_recorder().map(|recorder| PendingRecord {
+        recorder,
+        outcome: outcome.clone(),
+        wall_ms: u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
+        history,
+        otel,
+        info,
+    });
     let summary = host.progress_state().drawn().then(|| {
         let price = model.as_ref().and_then(|m| m.description.price.as_ref());
         let id = model.as_ref().map(|m| m.description.id.as_str());
@@ -690,7 +692,31 @@ fn execute(
         model,
         diagnosis,
         summary,
+        record,
     })
+}
+
+/// A finished run's record, kept after its outcome is reported.
+struct PendingRecord {
+    recorder: crate::record::Recorder,
+    outcome: Outcome,
+    wall_ms: u64,
+    history: Option<std::path::PathBuf>,
+    otel: Option<String>,
+    info: crate::otel::RunInfo,
+}
+
+impl PendingRecord {
+    fn keep(self) {
+        keep_record(
+            self.recorder,
+            &self.outcome,
+            self.wall_ms,
+            self.history.as_deref(),
+            self.otel.as_deref(),
+            &self.info,
+        );
+    }
 }
 
 /// Finish a run's record and keep it: exported to the OpenTelemetry endpoint when one is set,
@@ -931,7 +957,15 @@ pub fn run(args: &RunArgs, ui: Ui) -> ExitCode {
         .unwrap_or_else(|e| e.into_inner());
     finished.store(true, Ordering::Relaxed);
     match outcome {
-        Ok(finished) => report(args, &finished, ui.verbose),
+        Ok(mut finished) => {
+            let code = report(args, &finished, ui.verbose);
+            // The result is out (and flushed) before the run is written to the history.
+            let _ = std::io::Write::flush(&mut std::io::stdout());
+            if let Some(record) = finished.record.take() {
+                record.keep();
+            }
+            code
+        }
         Err(message) => {
             eprintln!("error: {message}");
             ExitCode::from(2)

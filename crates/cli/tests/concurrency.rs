@@ -192,6 +192,10 @@ return models.infer('slow b ' .. a)
 "#;
 
 fn run(prompt: &Path, server: &Server, extra: &[&str]) -> Output {
+    run_env(prompt, server, extra, &[])
+}
+
+fn run_env(prompt: &Path, server: &Server, extra: &[&str], env: &[(&str, &str)]) -> Output {
     let store = tempfile_dir();
     let mut cmd = Command::new(binary());
     cmd.args(["run"])
@@ -212,6 +216,7 @@ fn run(prompt: &Path, server: &Server, extra: &[&str]) -> Output {
         .env("OPENAI_BASE_URL", &server.base)
         .env("OPENAI_API_KEY", "test-key")
         .env_remove("ANTHROPIC_API_KEY")
+        .envs(env.iter().copied())
         .stdin(Stdio::null());
     let output = cmd.output().unwrap();
     let _ = std::fs::remove_dir_all(&store);
@@ -240,7 +245,9 @@ fn write_prompt(text: &str) -> std::path::PathBuf {
 fn twenty_runs_with_random_completion_order_are_byte_identical() {
     let server = start(25, 0x5eed_1234);
     let prompt = write_prompt(PROMPT);
-    let first = run(&prompt, &server, &[]);
+    // The reference keeps every strand in the committed order; the twenty runs after it run
+    // ahead on whichever replies come first, and must print the same bytes.
+    let first = run_env(&prompt, &server, &[], &[("PROMPTFORGE_RUN_AHEAD", "off")]);
     let stdout = String::from_utf8_lossy(&first.stdout).into_owned();
     let stderr = String::from_utf8_lossy(&first.stderr).into_owned();
     assert!(first.status.success(), "{stdout}\n{stderr}");
@@ -269,6 +276,109 @@ fn twenty_runs_with_random_completion_order_are_byte_identical() {
     let peak = server.state.peak.load(Ordering::SeqCst);
     assert!(peak > 1, "the rounds never overlapped: peak {peak}");
     assert!(peak <= 8, "more rounds in flight than the limit: {peak}");
+}
+
+/// A server whose replies wait as long as the request's last message says (`delay=MS`),
+/// counting the connections it was reached on and the requests that began while one marked
+/// `slow` was still being answered.
+#[derive(Debug, Default)]
+struct Uneven {
+    peers: Mutex<std::collections::BTreeSet<std::net::SocketAddr>>,
+    slow_in_flight: std::sync::atomic::AtomicBool,
+    overlapping: AtomicUsize,
+}
+
+async fn uneven_chat(
+    State(state): State<Arc<Uneven>>,
+    axum::extract::ConnectInfo(peer): axum::extract::ConnectInfo<std::net::SocketAddr>,
+    body: Bytes,
+) -> Response {
+    state.peers.lock().unwrap().insert(peer);
+    let request: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+    let last = request["messages"]
+        .as_array()
+        .and_then(|m| m.last())
+        .and_then(|m| m["content"].as_str())
+        .unwrap_or_default()
+        .to_owned();
+    let slow = last.contains("slow");
+    if slow {
+        state.slow_in_flight.store(true, Ordering::SeqCst);
+    } else if state.slow_in_flight.load(Ordering::SeqCst) {
+        state.overlapping.fetch_add(1, Ordering::SeqCst);
+    }
+    let delay = last
+        .split("delay=")
+        .nth(1)
+        .and_then(|d| d.split_whitespace().next())
+        .and_then(|d| d.parse::<u64>().ok())
+        .unwrap_or(0);
+    tokio::time::sleep(Duration::from_millis(delay)).await;
+    if slow {
+        state.slow_in_flight.store(false, Ordering::SeqCst);
+    }
+    let chunk = json!({"id": "c", "object": "chat.completion.chunk", "model": "m",
+        "choices": [{"index": 0, "delta": {"role": "assistant", "content": format!("re: {last}")}, "finish_reason": "stop"}]});
+    Response::builder()
+        .status(StatusCode::OK)
+        .header("content-type", "text/event-stream")
+        .body(Body::from(format!("data: {chunk}\n\ndata: [DONE]\n\n")))
+        .unwrap()
+}
+
+#[test]
+fn a_slow_reply_holds_back_nothing_and_each_slot_keeps_one_connection() {
+    let state = Arc::new(Uneven::default());
+    let server = LocalServer::start_with_peers(
+        Router::new()
+            .route("/v1/chat/completions", post(uneven_chat))
+            .with_state(state.clone()),
+    );
+    let server = Server {
+        base: format!("{}/v1", server.base()),
+        state: Arc::new(Behaviour {
+            max_delay_ms: 1,
+            random: Mutex::new(1),
+            in_flight: AtomicUsize::new(0),
+            peak: AtomicUsize::new(0),
+            requests: AtomicU64::new(0),
+        }),
+        _server: server,
+    };
+    // The first arm's reply takes 2 s; the other nineteen answer at once. Under a limit of 2,
+    // a run that waited on the slow reply before admitting the next arm would start one other
+    // request meanwhile; running ahead, every other arm is done before the slow one answers.
+    let prompt = write_prompt(
+        "---\nname: uneven\ndescription: one slow arm\npromptforge: 0\nmodels:\n  writer: {}\n---\n\n# Uneven\n\n## Main\n\n```lua\nlocal members = { 'slow delay=2000' }\nfor i = 2, 20 do members[i] = 'fast ' .. i end\nlocal r = fanout('### Ask', members)\nlocal out = {}\nfor i = 1, #r do out[i] = r[i].text end\nreturn table.concat(out, ';')\n```\n\n### Ask\n\n```lua\nmodels.use('writer')\nlocal a = models.infer(item)\nreturn models.infer('again ' .. a)\n```\n",
+    );
+    let ahead = run(&prompt, &server, &["--concurrency", "2"]);
+    assert!(ahead.status.success(), "{ahead:?}");
+    assert_eq!(
+        state.overlapping.load(Ordering::SeqCst),
+        19 * 2,
+        "every fast arm's two rounds go out while the slow reply is awaited"
+    );
+    let connections = state.peers.lock().unwrap().len();
+    assert!(
+        connections <= 2,
+        "{connections} connections for 40 rounds under a limit of 2"
+    );
+    state.overlapping.store(0, Ordering::SeqCst);
+    let in_order = run_env(
+        &prompt,
+        &server,
+        &["--concurrency", "2"],
+        &[("PROMPTFORGE_RUN_AHEAD", "off")],
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&in_order.stdout),
+        String::from_utf8_lossy(&ahead.stdout),
+        "the same run either way"
+    );
+    assert!(
+        state.overlapping.load(Ordering::SeqCst) < 19 * 2,
+        "without running ahead, the slow reply holds the next arms back"
+    );
 }
 
 #[test]

@@ -21,8 +21,36 @@ pub struct LocalServer {
 }
 
 impl LocalServer {
+    /// Serve `app` on a free port of 127.0.0.1, its handlers able to read the client's
+    /// address (`ConnectInfo<SocketAddr>`: one port per connection).
+    pub fn start_with_peers(app: axum::Router) -> LocalServer {
+        Self::serve(move |listener| {
+            Box::pin(async move {
+                let _ = axum::serve(
+                    listener,
+                    app.into_make_service_with_connect_info::<SocketAddr>(),
+                )
+                .await;
+            })
+        })
+    }
+
     /// Serve `app` on a free port of 127.0.0.1.
     pub fn start(app: axum::Router) -> LocalServer {
+        Self::serve(move |listener| {
+            Box::pin(async move {
+                let _ = axum::serve(listener, app).await;
+            })
+        })
+    }
+
+    fn serve(
+        run: impl FnOnce(
+            tokio::net::TcpListener,
+        ) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>
+        + Send
+        + 'static,
+    ) -> LocalServer {
         let (addr_tx, addr_rx) = std::sync::mpsc::channel();
         let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
         let thread = std::thread::spawn(move || {
@@ -33,7 +61,7 @@ impl LocalServer {
             runtime.block_on(async move {
                 let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
                 addr_tx.send(listener.local_addr().unwrap()).unwrap();
-                tokio::spawn(async move { axum::serve(listener, app).await });
+                tokio::spawn(run(listener));
                 let _ = stop_rx.await;
             });
         });
