@@ -446,3 +446,59 @@ fn ctrl_c_with_rounds_in_flight_ends_the_run_cancelled_at_once() {
     assert_eq!(stdout.trim(), r#"{"outcome":"cancelled"}"#);
     let _ = std::fs::remove_dir_all(&store);
 }
+
+#[test]
+fn a_race_losers_streamed_reply_still_counts_and_the_record_replays() {
+    let state = Arc::new(Uneven::default());
+    let server = LocalServer::start_with_peers(
+        Router::new()
+            .route("/v1/chat/completions", post(uneven_chat))
+            .with_state(state.clone()),
+    );
+    let dir = tempfile_dir();
+    // The slow task is spawned first, so the committed order takes its reply first and it
+    // wins; the quick one's reply streamed before that, was never taken, and still cost.
+    let prompt = dir.join("race.md");
+    std::fs::write(
+        &prompt,
+        "---\nname: race\ndescription: a race\npromptforge: 0\nmodels:\n  writer: {}\n---\n\n# Race\n\n## Main\n\n```lua\nlocal slow = tasks.spawn('### Slow')\nlocal quick = tasks.spawn('### Quick')\nlocal first, ok, result = tasks.join_any({ slow, quick })\nfor _, t in ipairs(tasks.pending()) do tasks.cancel(t) end\nreturn result\n```\n\n### Slow\n\n```lua\nmodels.use('writer')\nreturn models.infer('slow delay=400')\n```\n\n### Quick\n\n```lua\nmodels.use('writer')\nreturn models.infer('quick')\n```\n",
+    )
+    .unwrap();
+    let record = dir.join("race.record");
+    let ran = support::promptforge(&dir)
+        .args(["run"])
+        .arg(&prompt)
+        .args(["--json", "--model", "openai:m", "--record"])
+        .arg(&record)
+        .env("OPENAI_BASE_URL", format!("{}/v1", server.base()))
+        .env("OPENAI_API_KEY", "k")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&ran.stdout).into_owned();
+    assert!(ran.status.success(), "{stdout} {}", String::from_utf8_lossy(&ran.stderr));
+    assert!(stdout.contains(r#""result":"re: slow delay=400""#), "{stdout}");
+    let runs = support::promptforge(&dir)
+        .args(["runs", "--json"])
+        .output()
+        .unwrap();
+    let row: Value = serde_json::from_str(
+        String::from_utf8_lossy(&runs.stdout)
+            .lines()
+            .last()
+            .unwrap(),
+    )
+    .unwrap();
+    assert_eq!(row["rounds"], 2, "{row}");
+    let replayed = support::promptforge(&dir)
+        .args(["replay"])
+        .arg(&record)
+        .arg("--json")
+        .output()
+        .unwrap();
+    assert_eq!(String::from_utf8_lossy(&replayed.stdout), stdout);
+    assert!(
+        String::from_utf8_lossy(&replayed.stderr).contains("identical to the record"),
+        "{}",
+        String::from_utf8_lossy(&replayed.stderr)
+    );
+}
