@@ -160,6 +160,14 @@ pub(crate) struct ResultLine {
     completion_tokens: u64,
     /// Wall time of the run in milliseconds.
     ms: u64,
+    /// What the whole batch is, so `merge` can tell a missing slice: the inputs in the file,
+    /// the samples of each, and this line's slice (`I/N`) when the batch was sliced.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    inputs: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    repeats: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    shard: Option<String>,
 }
 
 impl ResultLine {
@@ -204,6 +212,10 @@ struct Job {
 
 /// What every run of the batch shares.
 struct Shared {
+    /// The inputs in the file, the samples of each, and the slice (for the result lines).
+    inputs: u64,
+    repeats: u32,
+    shard: Option<String>,
     prompt: Arc<Prompt>,
     model: Option<CurrentModel>,
     web: Arc<WebPlugin>,
@@ -319,33 +331,106 @@ fn run_one(shared: &Shared, job: &Job) -> ResultLine {
         prompt_tokens: totals.prompt_tokens,
         completion_tokens: totals.completion_tokens,
         ms: u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
+        inputs: Some(shared.inputs),
+        repeats: Some(shared.repeats),
+        shard: shared.shard.clone(),
     }
 }
 
 /// The results already in `path` (for `--resume` and `--retry-errors`), by run; a line that
 /// is not a result is an error (the file is not ours to overwrite).
 fn read_results(path: &Path) -> Result<BTreeMap<(u64, u32), ResultLine>, String> {
+    read_results_mending(path, false)
+}
+
+/// [`read_results`], where a last line cut short (a batch killed mid-write) is dropped with a
+/// note, and with `mend` also cut from the file (and a last line that lacks only its newline
+/// gets one), so results can be appended after it. Any other bad line is still refused.
+fn read_results_mending(
+    path: &Path,
+    mend: bool,
+) -> Result<BTreeMap<(u64, u32), ResultLine>, String> {
     let mut done = BTreeMap::new();
     let file = match std::fs::File::open(path) {
         Ok(file) => file,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(done),
         Err(e) => return Err(format!("cannot read {}: {e}", path.display())),
     };
-    for (n, line) in BufReader::new(file).lines().enumerate() {
-        let line = line.map_err(|e| format!("cannot read {}: {e}", path.display()))?;
-        if line.trim().is_empty() {
+    let cannot = |e: std::io::Error| format!("cannot read {}: {e}", path.display());
+    let mut reader = BufReader::new(file);
+    let mut bytes = Vec::new();
+    let (mut n, mut offset) = (0usize, 0u64);
+    let mut fix: Option<(u64, bool)> = None;
+    loop {
+        bytes.clear();
+        let read = reader.read_until(b'\n', &mut bytes).map_err(cannot)?;
+        if read == 0 {
+            break;
+        }
+        n += 1;
+        let start = offset;
+        offset += read as u64;
+        let whole = bytes.ends_with(b"\n");
+        let text = String::from_utf8_lossy(&bytes);
+        if text.trim().is_empty() {
             continue;
         }
-        let result: ResultLine = serde_json::from_str(&line).map_err(|e| {
-            format!(
-                "{}:{}: not a batch result line ({e}); refusing to resume into it",
-                path.display(),
-                n + 1
-            )
-        })?;
-        done.insert(result.key(), result);
+        match serde_json::from_str::<ResultLine>(&text) {
+            Ok(result) => {
+                if !whole {
+                    fix = Some((offset, true));
+                }
+                done.insert(result.key(), result);
+            }
+            Err(_) if !whole => {
+                eprintln!(
+                    "note: {}:{n}: the last line is cut short (the batch was stopped while \
+                     writing it); it is dropped and its run is done again",
+                    path.display()
+                );
+                fix = Some((start, false));
+            }
+            Err(e) => {
+                return Err(format!(
+                    "{}:{n}: not a batch result line ({e}); refusing to resume into it",
+                    path.display()
+                ));
+            }
+        }
+    }
+    if mend && let Some((at, newline)) = fix {
+        let mut file = std::fs::OpenOptions::new()
+            .write(true)
+            .open(path)
+            .map_err(|e| format!("cannot mend {}: {e}", path.display()))?;
+        file.set_len(at)
+            .and_then(|()| {
+                use std::io::Seek;
+                file.seek(std::io::SeekFrom::End(0))?;
+                if newline {
+                    file.write_all(b"\n")?;
+                }
+                file.sync_all()
+            })
+            .map_err(|e| format!("cannot mend {}: {e}", path.display()))?;
     }
     Ok(done)
+}
+
+/// Which runs of the batch the results lack, when their lines say what the batch was
+/// (`(inputs, repeats)` from any line); `None` for results of an older promptforge.
+fn missing_runs(all: &BTreeMap<(u64, u32), ResultLine>) -> Option<Vec<(u64, u32)>> {
+    let first = all.values().next()?;
+    let (inputs, repeats) = (first.inputs?, first.repeats?);
+    let mut missing = Vec::new();
+    for index in 0..inputs {
+        for repeat in 0..repeats {
+            if !all.contains_key(&(index, repeat)) {
+                missing.push((index, repeat));
+            }
+        }
+    }
+    Some(missing)
 }
 
 /// Counts for the summary.
@@ -454,20 +539,25 @@ impl Tally {
 struct Writer {
     sink: Box<dyn Write + Send>,
     next: u64,
-    waiting: BTreeMap<u64, ResultLine>,
+    /// Results waiting for the ones before them; `None`: a run the batch's own stop cut short,
+    /// which is no result (`--resume` runs it again).
+    waiting: BTreeMap<u64, Option<ResultLine>>,
     tally: Tally,
 }
 
 impl Writer {
-    fn put(&mut self, seq: u64, result: ResultLine) -> Result<(), String> {
+    fn put(&mut self, seq: u64, result: Option<ResultLine>) -> Result<(), String> {
         self.waiting.insert(seq, result);
         while let Some(result) = self.waiting.remove(&self.next) {
+            self.next += 1;
+            let Some(result) = result else {
+                continue;
+            };
             let line = serde_json::to_string(&result).map_err(|e| e.to_string())?;
             writeln!(self.sink, "{line}")
                 .and_then(|()| self.sink.flush())
                 .map_err(|e| format!("cannot write a result: {e}"))?;
             self.tally.add(&result);
-            self.next += 1;
         }
         Ok(())
     }
@@ -523,7 +613,7 @@ fn batch_inner(args: &BatchArgs, ui: Ui) -> Result<ExitCode, String> {
     // What is done already, and what to run again.
     let previous = if args.resume || args.retry_errors {
         match &args.out {
-            Some(out) => read_results(out)?,
+            Some(out) => read_results_mending(out, true)?,
             None => BTreeMap::new(),
         }
     } else {
@@ -559,6 +649,9 @@ fn batch_inner(args: &BatchArgs, ui: Ui) -> Result<ExitCode, String> {
         .map_err(|e| format!("cannot start the async runtime: {e}"))?;
     let mcp = config.mcp_plugins(&prompt.frontmatter)?;
     let shared = Arc::new(Shared {
+        inputs: total_inputs,
+        repeats: args.repeat,
+        shard: args.shard.clone(),
         mcp,
         runtime: runtime.handle().clone(),
         prompt: Arc::new(prompt),
@@ -582,7 +675,7 @@ fn batch_inner(args: &BatchArgs, ui: Ui) -> Result<ExitCode, String> {
                 .open(out)
                 .map_err(|e| format!("--out {}: {e}", out.display()))?,
         )),
-        None => Box::new(std::io::stdout()),
+        None => Box::new(crate::ui::QuietStdout),
     };
     let writer = Arc::new(Mutex::new(Writer {
         sink,
@@ -628,9 +721,17 @@ fn batch_inner(args: &BatchArgs, ui: Ui) -> Result<ExitCode, String> {
                     };
                     let Ok(job) = job else { break };
                     let result = run_one(&shared, &job);
+                    // A run the batch's own stop (Ctrl-C, a bad inputs line, a closed
+                    // stdout) cut short did not finish: it is no result.
+                    let unfinished = shared.cancel.load(Ordering::Relaxed)
+                        && result.outcome["outcome"] == "cancelled";
                     let mut writer = writer.lock().unwrap_or_else(|e| e.into_inner());
-                    if let Err(e) = writer.put(job.seq, result) {
+                    if let Err(e) = writer.put(job.seq, (!unfinished).then_some(result)) {
                         *failure.lock().unwrap_or_else(|e| e.into_inner()) = Some(e);
+                        shared.cancel.store(true, Ordering::Relaxed);
+                    }
+                    // Results to a reader that went away: stop taking inputs, quietly.
+                    if args.out.is_none() && crate::ui::stdout_gone() {
                         shared.cancel.store(true, Ordering::Relaxed);
                     }
                     let t = &writer.tally;
@@ -739,6 +840,9 @@ fn batch_inner(args: &BatchArgs, ui: Ui) -> Result<ExitCode, String> {
         _ => tally,
     };
     tally.print(args.repeat, Some(wall));
+    if args.out.is_none() && crate::ui::stdout_gone() {
+        return Ok(ExitCode::SUCCESS);
+    }
     if cancel.load(Ordering::Relaxed) {
         eprintln!("cancelled: the results so far are written; --resume continues");
         return Ok(ExitCode::from(130));
@@ -787,6 +891,7 @@ fn write_sorted<'a>(
 /// `promptforge merge`: the shards' results as one file in input order, with the summary.
 pub fn merge(args: &MergeArgs) -> ExitCode {
     let mut all: BTreeMap<(u64, u32), ResultLine> = BTreeMap::new();
+    let mut slices: std::collections::BTreeSet<String> = std::collections::BTreeSet::new();
     for file in &args.files {
         let results = match read_results(file) {
             Ok(results) => results,
@@ -795,7 +900,11 @@ pub fn merge(args: &MergeArgs) -> ExitCode {
                 return ExitCode::from(2);
             }
         };
-        for (key, result) in results {
+        for (key, mut result) in results {
+            // Merged, the results are the whole batch's: no longer one slice's.
+            if let Some(slice) = result.shard.take() {
+                slices.insert(slice);
+            }
             if all.insert(key, result).is_some() {
                 eprintln!(
                     "error: input {} repeat {} appears in more than one file ({} is one); \
@@ -808,10 +917,33 @@ pub fn merge(args: &MergeArgs) -> ExitCode {
             }
         }
     }
+    if let Some(missing) = missing_runs(&all)
+        && !missing.is_empty()
+    {
+        let slices: Vec<&str> = slices.iter().map(String::as_str).collect();
+        let shown: Vec<String> = missing
+            .iter()
+            .take(5)
+            .map(|(index, repeat)| format!("input {index} repeat {repeat}"))
+            .collect();
+        let more = if missing.len() > 5 { ", ..." } else { "" };
+        let slices = if slices.is_empty() {
+            String::new()
+        } else {
+            format!(" (slices given: {})", slices.join(", "))
+        };
+        eprintln!(
+            "error: the results are incomplete: {} of the batch's runs are missing ({}{more}){slices}; \
+             merge every slice's results, or run `batch --resume` on the slice that lacks them",
+            missing.len(),
+            shown.join(", ")
+        );
+        return ExitCode::from(2);
+    }
     let written = match &args.out {
         Some(out) => write_sorted(out, all.values()),
         None => {
-            let mut out = std::io::stdout().lock();
+            let mut out = crate::ui::QuietStdout;
             all.values().try_for_each(|r| {
                 let line = serde_json::to_string(r).map_err(|e| e.to_string())?;
                 writeln!(out, "{line}").map_err(|e| e.to_string())

@@ -146,7 +146,7 @@ pub fn check(args: &CheckArgs) -> ExitCode {
     let failed = reports.iter().any(|r| !r.ok);
     if args.json {
         match serde_json::to_string_pretty(&reports) {
-            Ok(text) => println!("{text}"),
+            Ok(text) => outln!("{text}"),
             Err(e) => {
                 eprintln!("error: cannot encode the report: {e}");
                 return ExitCode::from(1);
@@ -156,15 +156,17 @@ pub fn check(args: &CheckArgs) -> ExitCode {
         for report in &reports {
             for p in &report.problems {
                 match (p.line, p.column) {
-                    (Some(line), Some(col)) => println!(
+                    (Some(line), Some(col)) => outln!(
                         "{}:{line}:{col}: error[{}]: {}",
-                        report.file, p.kind, p.message
+                        report.file,
+                        p.kind,
+                        p.message
                     ),
-                    _ => println!("{}: error[{}]: {}", report.file, p.kind, p.message),
+                    _ => outln!("{}: error[{}]: {}", report.file, p.kind, p.message),
                 }
             }
             if let (true, Some(s)) = (report.ok, &report.summary) {
-                println!(
+                outln!(
                     "{}: ok: `{}` ({}): {} section{}, {} block{} ({} lua{}); roles: {}; tool slots: {}; plugins: {}",
                     report.file,
                     s.title,
@@ -184,7 +186,7 @@ pub fn check(args: &CheckArgs) -> ExitCode {
                     list(&s.plugins),
                 );
                 if let Some(description) = &report.describe {
-                    println!("{}", description.text("    "));
+                    outln!("{}", description.text("    "));
                 }
             }
         }

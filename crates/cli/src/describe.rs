@@ -241,14 +241,14 @@ pub fn describe(args: &DescribeArgs) -> ExitCode {
     };
     if args.json {
         match serde_json::to_string_pretty(&description) {
-            Ok(text) => println!("{text}"),
+            Ok(text) => outln!("{text}"),
             Err(e) => {
                 eprintln!("error: cannot encode the description: {e}");
                 return ExitCode::from(1);
             }
         }
     } else {
-        println!("{}", description.text(""));
+        outln!("{}", description.text(""));
     }
     ExitCode::SUCCESS
 }

@@ -540,13 +540,13 @@ fn runs_inner(args: &RunsArgs) -> Result<(), String> {
                 .collect::<Result<_, _>>()
                 .map_err(err)?;
             if rows.is_empty() && !args.json {
-                println!("no runs in {}", path.display());
+                outln!("no runs in {}", path.display());
             }
             for (id, when, prompt, outcome, kind, ms, rounds, pin, pout, model, seed) in
                 rows.iter().rev()
             {
                 if args.json {
-                    println!(
+                    outln!(
                         "{}",
                         json!({"id": id, "started_at": when, "prompt": prompt, "outcome": outcome,
                                "error_kind": kind, "wall_ms": ms, "rounds": rounds,
@@ -559,7 +559,7 @@ fn runs_inner(args: &RunsArgs) -> Result<(), String> {
                     Some(kind) => format!("{outcome} ({kind})"),
                     None => outcome.clone(),
                 };
-                println!(
+                outln!(
                     "{id:>5}  {when}  {outcome:<22} {:>9}  {:>3} rounds  {:>7} in / {:>6} out  {prompt}",
                     crate::ui::duration_text(std::time::Duration::from_millis(*ms as u64)),
                     rounds,
@@ -577,7 +577,7 @@ fn runs_inner(args: &RunsArgs) -> Result<(), String> {
                 history.export(*id, &mut tmp)?;
                 tmp.flush().map_err(|e| e.to_string())
             }
-            None => history.export(*id, &mut std::io::stdout().lock()),
+            None => history.export(*id, &mut crate::ui::QuietStdout),
         },
         Some(RunsCommand::Show { id, html }) => show(&history, *id, html.as_deref()),
     }
@@ -729,38 +729,38 @@ fn show(history: &History, id: i64, html: Option<&Path>) -> Result<(), String> {
     let Some(header) = header else {
         return Err(format!("run {id} has no header"));
     };
-    println!("run {id}: {}", header.prompt.path.display());
-    println!(
+    outln!("run {id}: {}", header.prompt.path.display());
+    outln!(
         "  started {}  seed {}  model {}",
         header.when,
         header.seed,
         header.host.model.as_ref().map_or("none", |m| m.id.as_str())
     );
     if let Some(args) = &header.args {
-        println!("  args {}", json!(args));
+        outln!("  args {}", json!(args));
     }
     match outcome["outcome"].as_str() {
-        Some("completed") => println!("  completed: {}", json!(outcome["result"])),
-        Some("failed") => println!(
+        Some("completed") => outln!("  completed: {}", json!(outcome["result"])),
+        Some("failed") => outln!(
             "  failed ({}): {}",
             outcome["error"]["kind"].as_str().unwrap_or(""),
             outcome["error"]["message"].as_str().unwrap_or("")
         ),
-        Some(other) => println!("  {other}"),
-        None => println!("  (no outcome recorded)"),
+        Some(other) => outln!("  {other}"),
+        None => outln!("  (no outcome recorded)"),
     }
-    println!("timeline:");
+    outln!("timeline:");
     lines.sort_by_key(|(t, rank, _)| (*t, *rank));
     for (t, _, text) in lines {
-        println!(
+        outln!(
             "  +{:>7}  {text}",
             crate::ui::duration_text(std::time::Duration::from_millis(t))
         );
     }
     if !files.is_empty() {
-        println!("store files it left:");
+        outln!("store files it left:");
         for file in &files {
-            println!("  {file}");
+            outln!("  {file}");
         }
     }
     if let Some(path) = html {
@@ -782,7 +782,7 @@ fn show(history: &History, id: i64, html: Option<&Path>) -> Result<(), String> {
         );
         std::fs::write(path, timeline.html())
             .map_err(|e| format!("--html {}: {e}", path.display()))?;
-        println!("timeline written to {}", path.display());
+        outln!("timeline written to {}", path.display());
     }
     Ok(())
 }

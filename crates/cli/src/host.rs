@@ -183,7 +183,7 @@ impl HostRuntime {
 fn note(notes: Notes, text: &str, json: impl FnOnce() -> Json) {
     match notes {
         Notes::Stderr => crate::ui::print_line(&format!("note: {text}")),
-        Notes::JsonStdout => println!("{}", json()),
+        Notes::JsonStdout => outln!("{}", json()),
         Notes::Keep => {}
     }
 }

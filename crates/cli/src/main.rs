@@ -5,6 +5,17 @@ use std::process::ExitCode;
 
 use clap::{CommandFactory, Parser, Subcommand};
 
+/// `print!` to stdout that never panics: see [`ui::out`].
+macro_rules! out {
+    ($($arg:tt)*) => { $crate::ui::out(format_args!($($arg)*)) };
+}
+
+/// `println!` to stdout that never panics: see [`ui::out`].
+macro_rules! outln {
+    () => { $crate::ui::out(format_args!("\n")) };
+    ($($arg:tt)*) => { $crate::ui::out(format_args!("{}\n", format_args!($($arg)*))) };
+}
+
 mod batch;
 mod check;
 mod describe;
@@ -98,7 +109,7 @@ fn main() -> ExitCode {
         progress: !cli.quiet && std::io::stderr().is_terminal(),
         verbose: cli.verbose,
     };
-    match cli.command {
+    let code = match cli.command {
         Command::Check(args) => check::check(&args),
         Command::Run(args) => run::run(&args, ui),
         Command::Batch(args) => batch::batch(&args, ui),
@@ -110,8 +121,15 @@ fn main() -> ExitCode {
         Command::Mcp(args) => mcp::mcp(&args),
         Command::Completions { shell } => {
             let mut command = Cli::command();
-            clap_complete::generate(shell, &mut command, "promptforge", &mut std::io::stdout());
+            let mut script = Vec::new();
+            clap_complete::generate(shell, &mut command, "promptforge", &mut script);
+            out!("{}", String::from_utf8_lossy(&script));
             ExitCode::SUCCESS
         }
+    };
+    // A closed pipe ends the output quietly; stdout that failed otherwise fails the command.
+    if ui::stdout_flush_failed() && code == ExitCode::SUCCESS {
+        return ExitCode::FAILURE;
     }
+    code
 }

@@ -67,6 +67,11 @@ struct ServeArgs {
     /// environment variable.
     #[arg(long, value_name = "VAR", requires = "http")]
     token_env: Option<String>,
+    /// Also accept HTTP requests a web page at this origin sends (`https://app.example`;
+    /// repeatable). Requests with any other `Origin` header are refused; requests without one
+    /// (agents, CLIs) and pages on this machine (`http://localhost:PORT`) are accepted.
+    #[arg(long, value_name = "ORIGIN", requires = "http")]
+    allow_origin: Vec<String>,
     /// The model every call runs with (default: the config's `default`).
     #[arg(long, value_name = "ID")]
     model: Option<String>,
@@ -133,11 +138,11 @@ fn tools(args: &ToolsArgs) -> Result<ExitCode, String> {
                        "description": t.description, "input_schema": t.input_schema})
             })
             .collect();
-        println!("{}", Json::Array(tools));
+        outln!("{}", Json::Array(tools));
         return Ok(ExitCode::SUCCESS);
     }
     if listed.is_empty() {
-        println!("mcp/{}: the server lists no tools", args.name);
+        outln!("mcp/{}: the server lists no tools", args.name);
     }
     let width = listed
         .iter()
@@ -152,7 +157,7 @@ fn tools(args: &ToolsArgs) -> Result<ExitCode, String> {
             format!(" (the server's `{}`)", tool.name)
         };
         let about = tool.description.lines().next().unwrap_or("");
-        println!("{path:width$}  {about}{renamed}");
+        outln!("{path:width$}  {about}{renamed}");
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -957,7 +962,7 @@ fn serve(args: &ServeArgs) -> Result<ExitCode, String> {
                 );
                 serve_stdio(server).await
             }
-            Some(addr) => serve_http(server, addr, token).await,
+            Some(addr) => serve_http(server, addr, token, args.allow_origin.clone()).await,
         };
         shared.mcp.shutdown().await;
         served
@@ -982,6 +987,7 @@ async fn serve_http(
     server: PromptServer,
     addr: SocketAddr,
     token: Option<String>,
+    allowed_origins: Vec<String>,
 ) -> Result<(), String> {
     use rmcp::transport::streamable_http_server::{
         StreamableHttpServerConfig, StreamableHttpService, session::local::LocalSessionManager,
@@ -999,11 +1005,12 @@ async fn serve_http(
             config,
         );
     let token = Arc::new(token);
+    let origins = Arc::new(allowed_origins);
     let app = axum::Router::new()
         .nest_service("/mcp", service)
         .layer(axum::middleware::from_fn(move |req, next| {
-            let token = token.clone();
-            require_bearer(token, req, next)
+            let (token, origins) = (token.clone(), origins.clone());
+            guard(token, origins, req, next)
         }));
     let listener = tokio::net::TcpListener::bind(addr)
         .await
@@ -1030,13 +1037,57 @@ async fn serve_http(
         .map_err(|e| format!("the HTTP server failed: {e}"))
 }
 
-async fn require_bearer(
+/// Whether a request's `Origin` may reach the server (the MCP transport's guard against DNS
+/// rebinding): no header (an agent or a CLI), a page on this machine (`localhost` or a
+/// loopback address, any port), or an origin given with `--allow-origin`. `null` (a sandboxed
+/// or file page) and every other origin are refused.
+fn origin_allowed(origin: Option<&str>, allowed: &[String]) -> bool {
+    let Some(origin) = origin else {
+        return true;
+    };
+    let origin = origin.trim();
+    if allowed
+        .iter()
+        .any(|a| a.trim_end_matches('/').eq_ignore_ascii_case(origin))
+    {
+        return true;
+    }
+    let Ok(url) = url::Url::parse(origin) else {
+        return false;
+    };
+    if !matches!(url.scheme(), "http" | "https") {
+        return false;
+    }
+    match url.host() {
+        Some(url::Host::Domain(name)) => name.eq_ignore_ascii_case("localhost"),
+        Some(url::Host::Ipv4(ip)) => ip.is_loopback(),
+        Some(url::Host::Ipv6(ip)) => ip.is_loopback(),
+        None => false,
+    }
+}
+
+async fn guard(
     token: Arc<Option<String>>,
+    origins: Arc<Vec<String>>,
     req: axum::extract::Request,
     next: axum::middleware::Next,
 ) -> axum::response::Response {
     use axum::http::{StatusCode, header};
     use axum::response::IntoResponse;
+    let origin = req
+        .headers()
+        .get(header::ORIGIN)
+        .map(|v| v.to_str().unwrap_or("?"));
+    if !origin_allowed(origin, &origins) {
+        let origin = origin.unwrap_or_default().to_owned();
+        return (
+            StatusCode::FORBIDDEN,
+            format!(
+                "requests from origin {origin} are not accepted (pass --allow-origin {origin} to mcp serve to accept them)"
+            ),
+        )
+            .into_response();
+    }
     if let Some(expected) = token.as_ref() {
         let given = req
             .headers()
@@ -1159,6 +1210,31 @@ mod tests {
         assert_eq!(completions(&p.frontmatter, "loud", "t"), ["true"]);
         assert_eq!(completions(&p.frontmatter, "mood", "c"), ["calm"]);
         assert!(completions(&p.frontmatter, "nope", "").is_empty());
+    }
+
+    #[test]
+    fn origins_from_elsewhere_are_refused() {
+        let allowed = vec!["https://app.example".to_owned()];
+        for ok in [
+            None,
+            Some("http://localhost:5173"),
+            Some("http://127.0.0.1:8808"),
+            Some("http://[::1]:3000"),
+            Some("https://app.example"),
+            Some("HTTPS://APP.EXAMPLE"),
+        ] {
+            assert!(origin_allowed(ok, &allowed), "{ok:?}");
+        }
+        for bad in [
+            Some("http://evil.example"),
+            Some("null"),
+            Some("http://localhost.evil.example"),
+            Some("http://127.0.0.1.nip.io"),
+            Some("file://"),
+            Some(""),
+        ] {
+            assert!(!origin_allowed(bad, &allowed), "{bad:?}");
+        }
     }
 
     #[test]

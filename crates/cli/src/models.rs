@@ -67,7 +67,7 @@ pub fn models(args: &ModelsArgs) -> ExitCode {
             "quick_ids": quick,
         });
         match serde_json::to_string_pretty(&report) {
-            Ok(text) => println!("{text}"),
+            Ok(text) => outln!("{text}"),
             Err(e) => {
                 eprintln!("error: {e}");
                 return ExitCode::from(1);
@@ -76,7 +76,7 @@ pub fn models(args: &ModelsArgs) -> ExitCode {
         return ExitCode::SUCCESS;
     }
     if listed.is_empty() {
-        println!(
+        outln!(
             "no models configured; add [models.\"ID\"] entries to ./promptforge.toml or the user \
              config file, or pass a quick id such as --model openai:gpt-4.1 (see docs/models.md)"
         );
@@ -87,7 +87,7 @@ pub fn models(args: &ModelsArgs) -> ExitCode {
             .price
             .map(|p| format!("  ${} / ${} per Mtok in/out", p.input, p.output))
             .unwrap_or_default();
-        println!(
+        outln!(
             "{}{}  {:?} {}  context {}  thinking {}{price}  ({}){}",
             d.id,
             if m.is_default { " (default)" } else { "" },
@@ -102,27 +102,27 @@ pub fn models(args: &ModelsArgs) -> ExitCode {
                 .unwrap_or_default()
         );
         if !d.description.is_empty() {
-            println!("    {}", d.description);
+            outln!("    {}", d.description);
         }
     }
-    println!();
-    println!("quick ids (--model KIND:NAME, no config entry needed):");
+    outln!();
+    outln!("quick ids (--model KIND:NAME, no config entry needed):");
     for q in &quick {
         let url = q.base_url.as_deref().unwrap_or("no URL");
-        println!(
+        outln!(
             "  {}:NAME  {url} ({})  {}",
             q.kind.as_str(),
             q.origin,
             key_text(&q.key)
         );
     }
-    println!();
+    outln!();
     if catalog.files_read().is_empty() {
-        println!("config files read: none");
+        outln!("config files read: none");
     } else {
-        println!("config files read:");
+        outln!("config files read:");
         for file in catalog.files_read() {
-            println!("  {}", file.display());
+            outln!("  {}", file.display());
         }
     }
     let missing: Vec<_> = looked
@@ -130,9 +130,9 @@ pub fn models(args: &ModelsArgs) -> ExitCode {
         .filter(|p| !catalog.files_read().contains(p))
         .collect();
     if !missing.is_empty() {
-        println!("looked for, not found:");
+        outln!("looked for, not found:");
         for file in missing {
-            println!("  {}", file.display());
+            outln!("  {}", file.display());
         }
     }
     ExitCode::SUCCESS

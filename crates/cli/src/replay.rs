@@ -143,7 +143,7 @@ fn replay_inner(args: &ReplayArgs) -> Result<ExitCode, String> {
     let outcome = host.drive(&mut run, &mut |event| {
         let json = crate::run::event_json(event);
         if args.events {
-            println!("{json}");
+            outln!("{json}");
         }
         events.push(json);
     });
@@ -193,13 +193,13 @@ fn print_outcome(args: &ReplayArgs, outcome: &Outcome) {
     if args.json || args.events {
         // The same bytes `run --json` prints.
         match serde_json::to_string(&outcome_json(outcome)) {
-            Ok(line) => println!("{line}"),
+            Ok(line) => outln!("{line}"),
             Err(e) => eprintln!("error: cannot encode the outcome: {e}"),
         }
         return;
     }
     match outcome {
-        Outcome::Completed(result) => print!("{result}"),
+        Outcome::Completed(result) => out!("{result}"),
         Outcome::Cancelled => eprintln!("cancelled"),
         Outcome::Failed(err) => eprintln!("error[{}]: {}", err.kind, err.message),
     }

@@ -348,7 +348,7 @@ pub(crate) fn offer_plugins(ctx: &mut RunContext, operator: &Operator, web: &Web
 /// author's `log` checkpoints on stderr as `[section] message`, unless stdout carries `--json`.
 fn show_event(event: &Event, all: bool, json: bool) {
     if all {
-        println!("{}", event_json(event));
+        outln!("{}", event_json(event));
     } else if let (EventKind::Log { section, message }, false) = (&event.kind, json) {
         crate::ui::print_line(&format!("[{section}] {message}"));
     }
@@ -807,7 +807,7 @@ fn report(args: &RunArgs, finished: &Finished, verbose: u8) -> ExitCode {
     let outcome = &finished.outcome;
     if args.json || args.events {
         match serde_json::to_string(&outcome_json(outcome)) {
-            Ok(line) => println!("{line}"),
+            Ok(line) => outln!("{line}"),
             Err(e) => {
                 eprintln!("error: cannot encode the outcome: {e}");
                 return ExitCode::from(1);
@@ -821,9 +821,9 @@ fn report(args: &RunArgs, finished: &Finished, verbose: u8) -> ExitCode {
             Outcome::Completed(result) => {
                 // The result is exact; on a terminal, end the line so the prompt comes back clean.
                 if std::io::stdout().is_terminal() && !result.ends_with('\n') {
-                    println!("{result}");
+                    outln!("{result}");
                 } else {
-                    print!("{result}");
+                    out!("{result}");
                 }
             }
             Outcome::Cancelled => eprintln!("cancelled"),
@@ -882,7 +882,7 @@ fn cancel_watchdog(finished: &AtomicBool, json: bool) {
         return;
     }
     if json {
-        println!(r#"{{"outcome":"cancelled"}}"#);
+        outln!(r#"{{"outcome":"cancelled"}}"#);
     } else {
         eprintln!("cancelled");
     }
@@ -903,7 +903,7 @@ fn prompt_help(args: &RunArgs) -> ExitCode {
     use clap::CommandFactory;
     if let Some(path) = &args.prompt {
         match crate::describe::load(path) {
-            Ok(description) => println!("{}\n", description.text("")),
+            Ok(description) => outln!("{}\n", description.text("")),
             Err(message) => eprintln!("error: {message}\n"),
         }
     }
@@ -913,7 +913,7 @@ fn prompt_help(args: &RunArgs) -> ExitCode {
         .find_subcommand_mut("run")
         .map(|run| run.render_long_help().to_string())
         .unwrap_or_default();
-    println!("{help}");
+    outln!("{help}");
     ExitCode::SUCCESS
 }
 

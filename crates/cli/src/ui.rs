@@ -20,6 +20,81 @@ use promptforge_harness::model::{Price, Usage};
 /// The display on screen, if any: tracing's writer draws its log lines above it.
 static SCREEN: OnceLock<MultiProgress> = OnceLock::new();
 
+/// Standard output is closed (a reader that went away, `| head`) or failed: nothing more is
+/// written to it.
+static STDOUT_GONE: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+/// Standard output failed for another reason than a closed pipe (a full disk, `/dev/full`).
+static STDOUT_FAILED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Write to stdout (the `out!`/`outln!` macros). A reader that went away ends the output
+/// quietly, as `cat` and `grep` do, and the command goes on (a run still reaches the history);
+/// any other failure is said once on stderr and makes the command fail. Never panics.
+pub(crate) fn out(args: std::fmt::Arguments) {
+    use std::io::Write;
+    use std::sync::atomic::Ordering;
+    if STDOUT_GONE.load(Ordering::Relaxed) {
+        return;
+    }
+    let mut stdout = std::io::stdout().lock();
+    if let Err(e) = stdout.write_fmt(args) {
+        stdout_failed(&e);
+    }
+}
+
+/// Note a failed write to stdout (see [`out`]).
+pub(crate) fn stdout_failed(e: &std::io::Error) {
+    use std::sync::atomic::Ordering;
+    if STDOUT_GONE.swap(true, Ordering::Relaxed) {
+        return;
+    }
+    if e.kind() != std::io::ErrorKind::BrokenPipe {
+        STDOUT_FAILED.store(true, Ordering::Relaxed);
+        eprintln!("error: cannot write to standard output: {e}");
+    }
+}
+
+/// Whether stdout is closed or failed (nothing more goes to it).
+pub(crate) fn stdout_gone() -> bool {
+    STDOUT_GONE.load(std::sync::atomic::Ordering::Relaxed)
+}
+
+/// Stdout as a writer that never fails (see [`out`]): a long listing or a batch's results
+/// piped into `head` stop quietly.
+pub(crate) struct QuietStdout;
+
+impl std::io::Write for QuietStdout {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        if !stdout_gone()
+            && let Err(e) = std::io::stdout().lock().write_all(buf)
+        {
+            stdout_failed(&e);
+        }
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        if !stdout_gone()
+            && let Err(e) = std::io::stdout().lock().flush()
+        {
+            stdout_failed(&e);
+        }
+        Ok(())
+    }
+}
+
+/// Flush stdout; whether it failed for another reason than a closed pipe (the exit status
+/// then says so).
+pub(crate) fn stdout_flush_failed() -> bool {
+    use std::io::Write;
+    use std::sync::atomic::Ordering;
+    if !STDOUT_GONE.load(Ordering::Relaxed)
+        && let Err(e) = std::io::stdout().lock().flush()
+    {
+        stdout_failed(&e);
+    }
+    STDOUT_FAILED.load(Ordering::Relaxed)
+}
+
 /// Write a finished line to stderr, above the progress display when one is drawn.
 pub(crate) fn print_line(text: &str) {
     match SCREEN.get() {

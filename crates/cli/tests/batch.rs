@@ -325,3 +325,109 @@ fn repeats_are_independent_samples_with_a_pass_rate() {
     let (code, _, stderr) = run(&["--pass-rate", "0"]);
     assert_eq!(code, Some(0), "{stderr}");
 }
+
+#[test]
+fn runs_a_stopped_batch_cut_short_are_no_results_and_resume_runs_them() {
+    let (server, _) = server();
+    // Ten good inputs, then a line that is not an input: reading it stops the batch while
+    // runs are in flight. Those runs did not finish: they must not be written as results.
+    let good: String = (0..10)
+        .map(|k| format!("{{\"args\": \"n{k}\"}}\n"))
+        .collect();
+    let dir = setup(&format!("{good}this is not json\n"));
+    let (code, stderr) = batch(
+        dir.path(),
+        &server,
+        &["--out", "r.jsonl", "--concurrency", "4"],
+    );
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(stderr.contains("not an input line"), "{stderr}");
+    let written = if dir.path().join("r.jsonl").exists() {
+        results(&dir.path().join("r.jsonl"))
+    } else {
+        Vec::new()
+    };
+    assert!(
+        written
+            .iter()
+            .all(|r| r["outcome"]["outcome"] == "completed"),
+        "a run the stop cut short was written as a result: {written:?}"
+    );
+    // With the inputs mended, --resume runs every input that has no result yet.
+    std::fs::write(dir.path().join("inputs.jsonl"), &good).unwrap();
+    let (code, stderr) = batch(dir.path(), &server, &["--out", "r.jsonl", "--resume"]);
+    assert_eq!(code, Some(0), "{stderr}");
+    let all = results(&dir.path().join("r.jsonl"));
+    assert_eq!(all.len(), 10, "{all:?}");
+    assert!(all.iter().all(|r| r["status"] == "passed"), "{all:?}");
+}
+
+#[test]
+fn a_torn_last_result_line_is_dropped_and_its_run_done_again() {
+    let (server, counts) = server();
+    let dir = setup("{\"args\": \"a\"}\n{\"args\": \"b\"}\n{\"args\": \"c\"}\n");
+    let (code, stderr) = batch(dir.path(), &server, &["--out", "r.jsonl"]);
+    assert_eq!(code, Some(0), "{stderr}");
+    let whole = results(&dir.path().join("r.jsonl"));
+    // A kill in the middle of writing the last line leaves it cut short.
+    let path = dir.path().join("r.jsonl");
+    let text = std::fs::read_to_string(&path).unwrap();
+    let cut = text.trim_end().rfind('\n').unwrap() + 20;
+    std::fs::write(&path, &text[..cut]).unwrap();
+    let before = counts.requests.load(Ordering::SeqCst);
+    let (code, stderr) = batch(dir.path(), &server, &["--out", "r.jsonl", "--resume"]);
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(stderr.contains("cut short"), "{stderr}");
+    assert_eq!(
+        counts.requests.load(Ordering::SeqCst),
+        before + 1,
+        "only the torn run is done again"
+    );
+    assert_eq!(results(&path), whole);
+}
+
+#[test]
+fn merge_notices_a_missing_slice() {
+    let (server, _) = server();
+    let dir = setup("{\"args\": \"a\"}\n{\"args\": \"b\"}\n{\"args\": \"c\"}\n{\"args\": \"d\"}\n");
+    for i in 0..2 {
+        let (code, stderr) = batch(
+            dir.path(),
+            &server,
+            &[
+                "--shard",
+                &format!("{i}/2"),
+                "--out",
+                &format!("s{i}.jsonl"),
+            ],
+        );
+        assert_eq!(code, Some(0), "{stderr}");
+    }
+    let alone = promptforge(dir.path())
+        .args(["merge", "s0.jsonl", "--out", "m.jsonl"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&alone.stderr);
+    assert_eq!(alone.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("2 of the batch's runs are missing (input 1 repeat 0, input 3 repeat 0)")
+            && err.contains("slices given: 0/2"),
+        "{err}"
+    );
+    let both = promptforge(dir.path())
+        .args(["merge", "s0.jsonl", "s1.jsonl", "--out", "m.jsonl"])
+        .output()
+        .unwrap();
+    assert_eq!(
+        both.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&both.stderr)
+    );
+    let merged = results(&dir.path().join("m.jsonl"));
+    assert_eq!(merged.len(), 4);
+    assert!(
+        merged.iter().all(|r| r.get("shard").is_none()),
+        "{merged:?}"
+    );
+}

@@ -475,8 +475,15 @@ fn a_race_losers_streamed_reply_still_counts_and_the_record_replays() {
         .output()
         .unwrap();
     let stdout = String::from_utf8_lossy(&ran.stdout).into_owned();
-    assert!(ran.status.success(), "{stdout} {}", String::from_utf8_lossy(&ran.stderr));
-    assert!(stdout.contains(r#""result":"re: slow delay=400""#), "{stdout}");
+    assert!(
+        ran.status.success(),
+        "{stdout} {}",
+        String::from_utf8_lossy(&ran.stderr)
+    );
+    assert!(
+        stdout.contains(r#""result":"re: slow delay=400""#),
+        "{stdout}"
+    );
     let runs = support::promptforge(&dir)
         .args(["runs", "--json"])
         .output()
@@ -501,4 +508,65 @@ fn a_race_losers_streamed_reply_still_counts_and_the_record_replays() {
         "{}",
         String::from_utf8_lossy(&replayed.stderr)
     );
+}
+
+#[test]
+fn sigterm_and_sighup_end_the_run_cancelled_as_ctrl_c_does() {
+    for signal in ["-TERM", "-HUP"] {
+        let server = start(0, 1);
+        let dir = tempfile_dir();
+        let prompt = dir.join("prompt.md");
+        std::fs::write(&prompt, PROMPT).unwrap();
+        let child = support::promptforge(&dir)
+            .args(["run"])
+            .arg(&prompt)
+            .args(["--json", "--model", "openai:test-model"])
+            .env("OPENAI_BASE_URL", &server.base)
+            .env("OPENAI_API_KEY", "test-key")
+            .env("TMPDIR", &dir)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let began = Instant::now();
+        while server.state.in_flight.load(Ordering::SeqCst) < 8 {
+            assert!(
+                began.elapsed() < Duration::from_secs(20),
+                "no rounds went out"
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let status = Command::new("kill")
+            .args([signal, &child.id().to_string()])
+            .status()
+            .unwrap();
+        assert!(status.success());
+        let output = child.wait_with_output().unwrap();
+        assert_eq!(output.status.code(), Some(130), "{signal}");
+        assert_eq!(
+            String::from_utf8_lossy(&output.stdout).trim(),
+            r#"{"outcome":"cancelled"}"#,
+            "{signal}"
+        );
+        // The run is kept in the history as cancelled, and its fresh store is gone.
+        let runs = support::promptforge(&dir)
+            .args(["runs", "--json"])
+            .output()
+            .unwrap();
+        let listing = String::from_utf8_lossy(&runs.stdout);
+        assert!(
+            listing.contains(r#""outcome":"cancelled""#),
+            "{signal}: {listing}"
+        );
+        let stores: Vec<_> = std::fs::read_dir(&dir)
+            .unwrap()
+            .flatten()
+            .filter(|e| {
+                e.file_name()
+                    .to_string_lossy()
+                    .starts_with("promptforge-store")
+            })
+            .collect();
+        assert!(stores.is_empty(), "{signal}: a store was left behind");
+    }
 }

@@ -18,6 +18,15 @@ pub(crate) fn run_outcome(failure: LuaFailure, h1_gate: bool) -> Outcome {
         FailureKind::Lua if h1_gate => RunErrorKind::RequirementsUnmet,
         FailureKind::Lua => RunErrorKind::Lua,
     };
+    // Chapter 08: a fanout refused at the depth cap fails the run with exactly its message,
+    // with no location tag and no traceback, however many calls it passed up through.
+    let fanout_cap = failure
+        .error
+        .as_ref()
+        .is_some_and(|e| e.kind == "lua" && e.message == fanout_depth_message());
+    if fanout_cap {
+        return Outcome::Failed(RunError::new(kind, fanout_depth_message()));
+    }
     let message = match failure.kind {
         FailureKind::Quota if failure.message.contains("event budget") => {
             "lua log event quota exceeded".to_owned()
@@ -28,6 +37,14 @@ pub(crate) fn run_outcome(failure: LuaFailure, h1_gate: bool) -> Outcome {
     let mut error = RunError::new(kind, message);
     error.traceback = failure.traceback;
     Outcome::Failed(error)
+}
+
+/// The refusal of a fanout whose arms would pass the depth cap.
+pub(crate) fn fanout_depth_message() -> String {
+    format!(
+        "fanout recursion exceeded cap of {}",
+        crate::run::CALL_DEPTH_CAP
+    )
 }
 
 /// A failure as the error value raised at its waiter, unchanged (kind, message and fields

@@ -1,0 +1,84 @@
+//! `mcp serve --http` refuses requests a web page elsewhere sends (the MCP transport's guard
+//! against DNS rebinding): a foreign or `null` `Origin` gets 403 before any session exists,
+//! while clients that send no `Origin` and pages on this machine are served. Needs nothing
+//! from npm: plain HTTP over 127.0.0.1.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code
+
+mod support;
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::process::Stdio;
+
+use support::promptforge;
+
+const PROMPT: &str = "---\nname: hello\ndescription: Says hello\npromptforge: 0\n---\n\n# Hello\n\n## Say\n\n```lua\nreturn 'hello ' .. args\n```\n";
+
+/// POST an `initialize` request to `/mcp`, with `origin` when given; the status line.
+fn initialize(addr: &str, origin: Option<&str>) -> String {
+    let body = r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}"#;
+    let mut stream = TcpStream::connect(addr).unwrap();
+    let origin = origin
+        .map(|o| format!("Origin: {o}\r\n"))
+        .unwrap_or_default();
+    write!(
+        stream,
+        "POST /mcp HTTP/1.1\r\nHost: {addr}\r\n{origin}Content-Type: application/json\r\nAccept: application/json, text/event-stream\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    )
+    .unwrap();
+    let mut reply = String::new();
+    let _ = stream.read_to_string(&mut reply);
+    reply.lines().next().unwrap_or_default().to_owned()
+}
+
+#[test]
+fn requests_from_foreign_origins_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("hello.md"), PROMPT).unwrap();
+    std::fs::write(
+        dir.path().join("none.json"),
+        r#"{"model": {"id": "scripted", "context": 8000, "thinking": "Switchable", "description": "s"}, "replies": []}"#,
+    )
+    .unwrap();
+    let mut child = promptforge(dir.path())
+        .args([
+            "mcp",
+            "serve",
+            ".",
+            "--http",
+            "127.0.0.1:0",
+            "--script",
+            "none.json",
+        ])
+        .stderr(Stdio::piped())
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut stderr = BufReader::new(child.stderr.take().unwrap());
+    let mut line = String::new();
+    stderr.read_line(&mut line).unwrap();
+    let addr = line
+        .split("http://")
+        .nth(1)
+        .and_then(|rest| rest.split('/').next())
+        .unwrap_or_else(|| panic!("no address in {line:?}"))
+        .to_owned();
+    let refused = [
+        initialize(&addr, Some("http://evil.example")),
+        initialize(&addr, Some("null")),
+    ];
+    let served = [
+        initialize(&addr, None),
+        initialize(&addr, Some("http://localhost:5173")),
+    ];
+    let _ = child.kill();
+    let _ = child.wait();
+    for status in refused {
+        assert!(status.contains(" 403 "), "{status}");
+    }
+    for status in served {
+        assert!(status.contains(" 200 "), "{status}");
+    }
+}
