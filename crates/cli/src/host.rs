@@ -587,6 +587,15 @@ impl Host {
                     continue;
                 }
             }
+            // Use the wait: let the requests just started go out, then prepare the next
+            // queued tasks (their section entries run now, their first requests held until a
+            // slot frees) while nothing has arrived, one task at a time.
+            if let HostRuntime::Own(runtime) = &self.runtime {
+                runtime.block_on(tokio::task::yield_now());
+            }
+            while self.rx.is_empty() && !self.cancel.load(Ordering::Relaxed) && run.prepare_ahead()
+            {
+            }
             // Wait for the next answer (or a Ctrl-C), then take every one that has arrived.
             // The runtime's tasks (rounds, timers, tool calls) make progress while it waits.
             let Some(first) = self.runtime.block_on(self.rx.recv()) else {

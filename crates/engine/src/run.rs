@@ -193,6 +193,8 @@ pub struct Run {
     pub(crate) ahead_issued: Vec<EffectId>,
     /// A slot may have come free in fact: try starting a queued task ahead.
     ahead_room: bool,
+    /// Queued tasks prepared while the Host waits, their work held for a slot.
+    held_strands: u32,
 }
 
 impl Run {
@@ -235,6 +237,7 @@ impl Run {
             ahead_events: Vec::new(),
             ahead_issued: Vec::new(),
             ahead_room: false,
+            held_strands: 0,
         }
     }
 
@@ -443,6 +446,7 @@ impl Run {
             ahead: None,
             cont: None,
             started_ahead: false,
+            held: false,
             zombie: false,
             physical: crate::scheduler::Physical::None,
         });
@@ -511,6 +515,12 @@ impl Run {
             strand.slot = Slot::Held;
             let first = strand.start.is_some() || strand.started_ahead;
             strand.started_ahead = false;
+            if strand.held {
+                // Prepared while the Host waited: its slot is here, so its work goes out.
+                strand.held = false;
+                self.held_strands = self.held_strands.saturating_sub(1);
+                self.effects.release(id);
+            }
             let task = strand.task.clone();
             let to = physical_of(strand);
             let (owner, from) = (strand.owner, strand.physical);
@@ -636,15 +646,55 @@ impl Run {
         let fresh = self.admission.next_ahead(|sid| {
             strands
                 .get(&sid)
+                .is_some_and(|s| (s.start.is_some() || s.held) && s.slot == Slot::Queued)
+        });
+        let Some(sid) = fresh else {
+            return false;
+        };
+        match self.strands.get_mut(&sid) {
+            Some(strand) if strand.held => {
+                // Prepared already: its held work goes out now.
+                strand.held = false;
+                self.held_strands = self.held_strands.saturating_sub(1);
+                self.effects.release(sid);
+                if let Some(mut strand) = self.strands.remove(&sid) {
+                    self.recount(&mut strand);
+                    self.strands.insert(sid, strand);
+                }
+            }
+            _ => self.advance_ahead(sid, Trigger::Admission, None),
+        }
+        true
+    }
+
+    /// Use the time the Host spends waiting: start the next queued task (in the order
+    /// admission would take it) before any slot is free, its work held until one is, so that
+    /// when a slot frees its first request goes out at once instead of after its section
+    /// entry. At most the concurrency limit's worth are prepared. Returns whether it did
+    /// anything; a Host calls it while nothing has arrived, one task at a time.
+    pub fn prepare_ahead(&mut self) -> bool {
+        if !self.ctx.run_ahead
+            || self.outcome.is_some()
+            || !self.started
+            || self.held_strands >= self.ctx.concurrency
+        {
+            return false;
+        }
+        let strands = &self.strands;
+        let fresh = self.admission.next_prepare(|sid| {
+            strands
+                .get(&sid)
                 .is_some_and(|s| s.start.is_some() && s.slot == Slot::Queued)
         });
-        match fresh {
-            Some(sid) => {
-                self.advance_ahead(sid, Trigger::Admission, None);
-                true
-            }
-            None => false,
+        let Some(sid) = fresh else {
+            return false;
+        };
+        if let Some(strand) = self.strands.get_mut(&sid) {
+            strand.held = true;
+            self.held_strands += 1;
         }
+        self.advance_ahead(sid, Trigger::Admission, None);
+        true
     }
 
     /// Run a strand ahead of the committed order, from an answer of its own (or its first
@@ -835,6 +885,10 @@ impl Run {
         self.runnable.remove(&strand.id);
         strand.zombie = false;
         strand.started_ahead = false;
+        if strand.held {
+            strand.held = false;
+            self.held_strands = self.held_strands.saturating_sub(1);
+        }
         self.recount(&mut strand);
         let ahead = strand.ahead.take();
         strand.cont = None;
@@ -953,7 +1007,7 @@ fn physical_of(strand: &Strand) -> crate::scheduler::Physical {
         } else {
             Physical::None
         }
-    } else if strand.started_ahead {
+    } else if strand.started_ahead && !strand.held {
         Physical::Ahead
     } else {
         Physical::None

@@ -43,6 +43,9 @@ struct Live {
     sent_as: EffectId,
     /// It has its final id and a place in its lane.
     committed: bool,
+    /// Issued by a task started before a slot was free in fact: kept from the Host (in
+    /// `Effects::held`) until the task gets one.
+    held: bool,
 }
 
 /// An answer the run takes now.
@@ -96,6 +99,8 @@ pub(crate) struct Effects {
     on_arrival: BTreeSet<EffectId>,
     batch: Batch,
     commits: Commits,
+    /// Held effects' requests, by provisional id.
+    held: BTreeMap<EffectId, Effect>,
 }
 
 impl Default for Effects {
@@ -120,6 +125,7 @@ impl Effects {
             on_arrival: BTreeSet::new(),
             batch: Batch::default(),
             commits: Commits::default(),
+            held: BTreeMap::new(),
         }
     }
 
@@ -138,6 +144,7 @@ impl Effects {
                 work,
                 sent_as: id,
                 committed: true,
+                held: false,
             },
         );
         self.batch.issued.push((id, effect));
@@ -146,7 +153,14 @@ impl Effects {
 
     /// Issue an effect for a strand running ahead: it goes out with the next batch under a
     /// provisional id, and takes no place in the order until it is committed.
-    pub(crate) fn issue_ahead(&mut self, strand: StrandId, effect: Effect) -> (EffectId, Work) {
+    /// `hold`: keep it from the Host until [`Effects::release`] (a task started before a slot
+    /// was free in fact).
+    pub(crate) fn issue_ahead(
+        &mut self,
+        strand: StrandId,
+        effect: Effect,
+        hold: bool,
+    ) -> (EffectId, Work) {
         let id = self.next_provisional;
         self.next_provisional += 1;
         let delivery = effect.delivery(self.live_operator);
@@ -159,15 +173,48 @@ impl Effects {
                 work,
                 sent_as: id,
                 committed: false,
+                held: hold,
             },
         );
-        self.batch.issued.push((id, effect));
+        if hold {
+            self.held.insert(id, effect);
+        } else {
+            self.batch.issued.push((id, effect));
+        }
         (id, work)
+    }
+
+    /// Hand a strand's held effects to the Host (it got its slot), in issue order.
+    pub(crate) fn release(&mut self, strand: StrandId) {
+        let ids: Vec<EffectId> = self
+            .held
+            .keys()
+            .copied()
+            .filter(|id| {
+                self.live
+                    .get(&self.resolve(*id))
+                    .is_some_and(|l| l.strand == strand)
+            })
+            .collect();
+        for id in ids {
+            self.release_one(id);
+        }
+    }
+
+    fn release_one(&mut self, provisional: EffectId) {
+        if let Some(effect) = self.held.remove(&provisional) {
+            if let Some(live) = self.live.get_mut(&self.resolve(provisional)) {
+                live.held = false;
+            }
+            self.batch.issued.push((provisional, effect));
+        }
     }
 
     /// Give an effect issued ahead its final id and its place in the order (the work that
     /// issued it is being committed). Returns the final id.
     pub(crate) fn commit(&mut self, provisional: EffectId) -> Option<EffectId> {
+        // The order issued it: the Host gets it now, whatever held it back.
+        self.release_one(provisional);
         let mut live = self.live.remove(&provisional)?;
         let id = self.next_id;
         self.next_id += 1;
@@ -229,6 +276,11 @@ impl Effects {
             return;
         };
         let sent = live.sent_as;
+        if live.held {
+            // Never reached the Host, and never committed.
+            self.held.remove(&sent);
+            return;
+        }
         match self.batch.issued.iter().position(|(i, _)| *i == sent) {
             Some(at) if !live.committed => {
                 self.batch.issued.remove(at);
@@ -341,6 +393,9 @@ struct Node {
     ahead: u32,
     /// The spawn sequence of the last of this owner's queued tasks started ahead.
     cursor: Option<u64>,
+    /// The spawn sequence of the last of this owner's queued tasks prepared (started with its
+    /// work held for a slot).
+    prepared: Option<u64>,
 }
 
 /// What a strand counts for in the physical tally beside the committed one.
@@ -397,6 +452,7 @@ impl Admission {
                 zombies: 0,
                 ahead: 0,
                 cursor: None,
+                prepared: None,
             },
         );
         key
@@ -581,6 +637,33 @@ impl Admission {
         None
     }
 
+    /// The next queued task to prepare (start with its work held for a slot): the first, in
+    /// the order admission would take them, that `fresh` accepts, past those prepared or
+    /// started ahead already. No room is needed.
+    pub(crate) fn next_prepare(
+        &mut self,
+        mut fresh: impl FnMut(StrandId) -> bool,
+    ) -> Option<StrandId> {
+        let owners: Vec<ChainKey> = self.heads.iter().map(|&(_, owner)| owner).collect();
+        for owner in owners {
+            let Some(node) = self.nodes.get_mut(&owner) else {
+                continue;
+            };
+            let past = node.cursor.max(node.prepared);
+            let from = past.map_or(0, |c| c + 1);
+            let found = node
+                .queue
+                .range(from..)
+                .find(|(_, strand)| fresh(**strand))
+                .map(|(&seq, &strand)| (seq, strand));
+            if let Some((seq, strand)) = found {
+                node.prepared = Some(seq);
+                return Some(strand);
+            }
+        }
+        None
+    }
+
     /// Admit every queued strand that fits, in spawn order, taking a slot for each.
     pub(crate) fn admit(&mut self) -> Vec<StrandId> {
         let mut admitted = Vec::new();
@@ -732,12 +815,12 @@ mod tests {
         assert!(fx.next().is_none(), "the order still waits for a");
         let taken = fx.take_ahead(|strand, _| strand == 2).unwrap();
         assert_eq!((taken.id, taken.strand), (b, 2));
-        let (p, _) = fx.issue_ahead(2, Effect::Ask);
+        let (p, _) = fx.issue_ahead(2, Effect::Ask, false);
         assert!(crate::protocol::is_provisional(p));
         // p's answer arrives under its provisional id before the order reaches it.
         fx.answer(p, value(3));
         // A never-committed effect issued ahead leaves the batch unseen when withdrawn.
-        let (q, _) = fx.issue_ahead(2, Effect::Ask);
+        let (q, _) = fx.issue_ahead(2, Effect::Ask, false);
         fx.withdraw(q);
         let batch = fx.take_batch();
         assert_eq!(

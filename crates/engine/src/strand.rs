@@ -230,6 +230,9 @@ pub(crate) struct Strand {
     pub(crate) cont: Option<Box<Cont>>,
     /// Started in fact before the committed order admitted it.
     pub(crate) started_ahead: bool,
+    /// Started before a slot was free in fact (prepared while the Host waits): its effects
+    /// are held until it gets one.
+    pub(crate) held: bool,
     /// Its own chain ended in fact, ahead of the committed order.
     pub(crate) zombie: bool,
     /// What the strand counts for in the admission tree's physical tally.

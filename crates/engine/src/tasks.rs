@@ -263,6 +263,7 @@ impl Run {
             ahead: None,
             cont: None,
             started_ahead: false,
+            held: false,
             zombie: false,
             physical: crate::scheduler::Physical::None,
         });

@@ -408,7 +408,7 @@ impl Run {
                 BlockStep::Suspended(request) => match self.dispatch(s, &mut entry, &request) {
                     Ok(crate::dispatch::Dispatch::Effect(effect)) => {
                         let (id, work) = if self.ahead.is_some() {
-                            let issued = self.effects.issue_ahead(s.id, effect);
+                            let issued = self.effects.issue_ahead(s.id, effect, s.held);
                             self.ahead_issued.push(issued.0);
                             issued
                         } else {

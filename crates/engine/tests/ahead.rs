@@ -19,6 +19,9 @@ fn header(h1: &str, body: &str) -> String {
     )
 }
 
+/// Queued tasks prepared ahead across this file's drives (the shuffled orders prepare them).
+static PREPARED: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
 const DEFAULT: &str = "```lua\nmodels.default('writer')\n```\n\n";
 
 /// The orders compared against the in-order run: the fixed ones and 24 seeded random ones
@@ -63,6 +66,7 @@ fn same_in_every_order(
             other.most_rounds
         );
         ahead += other.ahead;
+        PREPARED.fetch_add(other.prepared, std::sync::atomic::Ordering::Relaxed);
     }
     (reference, ahead)
 }
@@ -91,6 +95,10 @@ fn fanouts_with_several_rounds_a_failing_arm_and_a_walk_past_the_target() {
             assert!(ahead > 0, "limit {limit}: no work ever went out ahead");
         }
     }
+    assert!(
+        PREPARED.load(std::sync::atomic::Ordering::Relaxed) > 0,
+        "no queued arm was ever prepared"
+    );
 }
 
 #[test]

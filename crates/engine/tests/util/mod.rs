@@ -140,6 +140,8 @@ pub struct Transcript {
     pub most_vms: usize,
     /// How many effects went out ahead of the committed order (under provisional ids).
     pub ahead: usize,
+    /// How many queued tasks were prepared while answers were out.
+    pub prepared: usize,
     pub files: BTreeMap<String, String>,
 }
 
@@ -225,6 +227,7 @@ pub fn drive_run(run: &mut Run, mut harness: FakeHarness, order: Order) -> Trans
     };
     let mut idle = 0;
     let mut ahead = 0;
+    let mut prepared = 0;
     // Effects issued ahead under provisional ids, until their issue is committed.
     let mut provisional: BTreeMap<EffectId, Effect> = BTreeMap::new();
     let mut finals: BTreeMap<EffectId, EffectId> = BTreeMap::new();
@@ -254,6 +257,7 @@ pub fn drive_run(run: &mut Run, mut harness: FakeHarness, order: Order) -> Trans
                     most_rounds,
                     most_vms,
                     ahead,
+                    prepared,
                     files: harness.files,
                 };
             }
@@ -329,6 +333,13 @@ pub fn drive_run(run: &mut Run, mut harness: FakeHarness, order: Order) -> Trans
                 chosen
             }
         };
+        // While the answers are out, a Host may prepare queued tasks ahead (their work held
+        // for a slot): the shuffled orders do it now and then.
+        if matches!(order, Order::Shuffled(_)) && next_random(&mut random).is_multiple_of(2) {
+            while run.prepare_ahead() {
+                prepared += 1;
+            }
+        }
         if pick.is_empty() {
             idle += 1;
             assert!(idle < 10_000, "the driver made no progress");
