@@ -20,6 +20,9 @@ use serde_json::{Value as Json, json};
 
 use crate::record::Header;
 
+/// The most the write-ahead log keeps on disk after a run, in bytes.
+const WAL_LIMIT: u64 = 4 * 1024 * 1024;
+
 /// The default size cap, in megabytes.
 const DEFAULT_CAP_MB: u64 = 256;
 
@@ -81,6 +84,7 @@ impl History {
         conn.execute_batch(
             "PRAGMA auto_vacuum = INCREMENTAL;
              PRAGMA journal_mode = WAL;
+             PRAGMA journal_size_limit = 4194304;
              PRAGMA synchronous = NORMAL;
              PRAGMA foreign_keys = ON;
              CREATE TABLE IF NOT EXISTS runs (
@@ -134,6 +138,35 @@ impl History {
             conn.execute_batch("ALTER TABLE effects ADD COLUMN task TEXT;")
                 .map_err(&err)?;
         }
+        Ok(History { conn })
+    }
+
+    /// Open an existing database only to read it. Reading needs no write: a history in a
+    /// read-only folder is still listed, shown and exported. When the normal open fails
+    /// (SQLite could not create the write-ahead index beside the file), the file is opened
+    /// read-only as a file nothing else changes meanwhile.
+    pub(crate) fn open_read(path: &Path) -> Result<History, String> {
+        let first = match History::open(path) {
+            Ok(history) => return Ok(history),
+            Err(e) => e,
+        };
+        let escaped: String = path
+            .display()
+            .to_string()
+            .chars()
+            .map(|c| match c {
+                '%' => "%25".to_owned(),
+                '?' => "%3f".to_owned(),
+                '#' => "%23".to_owned(),
+                c => c.to_string(),
+            })
+            .collect();
+        let flags =
+            rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY | rusqlite::OpenFlags::SQLITE_OPEN_URI;
+        let conn = Connection::open_with_flags(format!("file:{escaped}?immutable=1"), flags)
+            .map_err(|_| first.clone())?;
+        conn.query_row("SELECT COUNT(*) FROM runs", [], |r| r.get::<_, i64>(0))
+            .map_err(|_| first)?;
         Ok(History { conn })
     }
 
@@ -278,7 +311,25 @@ impl History {
         .map_err(err)?;
         tx.commit().map_err(err)?;
         self.prune()?;
+        self.bound_log()?;
         Ok(run_id)
+    }
+
+    /// Keep the write-ahead log small on disk: after a large run (or a prune) it is folded
+    /// into the database and cut back to nothing. A small run leaves it as it is (no
+    /// checkpoint on close; see `open`).
+    fn bound_log(&mut self) -> Result<(), String> {
+        let err = |e: rusqlite::Error| format!("the run history: {e}");
+        let wal = self.conn.path().map(|p| format!("{p}-wal"));
+        let big = wal
+            .and_then(|wal| std::fs::metadata(wal).ok())
+            .is_some_and(|m| m.len() > WAL_LIMIT);
+        if big {
+            self.conn
+                .query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |_| Ok(()))
+                .map_err(err)?;
+        }
+        Ok(())
     }
 
     /// Drop the oldest runs while the database is over its cap.
@@ -323,8 +374,18 @@ impl History {
                 .map_err(err)?;
         }
         if rounds > 0 {
+            // Return the freed pages to the file system. The pragma frees one page per step:
+            // step it to the end (a batch steps each statement once).
+            let mut stmt = self
+                .conn
+                .prepare("PRAGMA incremental_vacuum")
+                .map_err(err)?;
+            let mut rows = stmt.query([]).map_err(err)?;
+            while rows.next().map_err(err)?.is_some() {}
+            drop(rows);
+            drop(stmt);
             self.conn
-                .execute_batch("PRAGMA incremental_vacuum;")
+                .query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |_| Ok(()))
                 .map_err(err)?;
         }
         Ok(())
@@ -469,7 +530,7 @@ fn open_existing() -> Result<(History, PathBuf), String> {
             path.display()
         ));
     }
-    Ok((History::open(&path)?, path))
+    Ok((History::open_read(&path)?, path))
 }
 
 /// Export run `id` into a temporary record file (for `replay ID`).

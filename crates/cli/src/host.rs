@@ -574,11 +574,14 @@ impl Host {
                     continue;
                 }
                 if !replay.live {
-                    // The record ends here, but the run still waits for an answer.
+                    // The record ends here, but the run still waits for an answer: name the
+                    // oldest effect it issued that the record has no answer to.
+                    let effect = replay.unanswered().unwrap_or(steps);
+                    let site = run.effect_site(effect);
                     replay.divergence = Some(Divergence {
-                        effect: steps,
-                        section: None,
-                        line: None,
+                        effect,
+                        section: site.map(|s| s.section.clone()),
+                        line: site.and_then(|s| s.line),
                         recorded: None,
                         new: None,
                         what: "the run waits for an answer the record does not have".to_owned(),

@@ -62,7 +62,7 @@ struct ServeArgs {
     /// Serve streamable HTTP at ADDR (endpoint /mcp) instead of stdio; ADDR defaults to
     /// 127.0.0.1:8808. A non-loopback address needs --token-env.
     #[arg(long, value_name = "ADDR", num_args = 0..=1, default_missing_value = "127.0.0.1:8808")]
-    http: Option<SocketAddr>,
+    http: Option<String>,
     /// Require `Authorization: Bearer TOKEN` on every HTTP request, TOKEN read from this
     /// environment variable.
     #[arg(long, value_name = "VAR", requires = "http")]
@@ -652,7 +652,7 @@ fn run_entry(
     let outcome = host.drive(&mut run, &mut |_| {});
     if let Some(recorder) = host.take_recorder() {
         let wall_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
-        crate::run::keep_record(
+        let _ = crate::run::keep_record(
             recorder,
             &outcome,
             wall_ms,
@@ -906,12 +906,18 @@ fn serve(args: &ServeArgs) -> Result<ExitCode, String> {
     }
     let token = match &args.token_env {
         Some(var) => match std::env::var(var) {
-            Ok(token) if !token.is_empty() => Some(token),
+            Ok(token) if !token.trim().is_empty() => Some(token),
+            Ok(token) if !token.is_empty() => {
+                return Err(format!(
+                    "--token-env {var}: the token is only white space; set it to a secret"
+                ));
+            }
             _ => return Err(format!("--token-env {var}: the variable is not set")),
         },
         None => None,
     };
-    if let Some(addr) = args.http
+    let http = args.http.as_deref().map(http_address).transpose()?;
+    if let Some(addr) = http
         && !addr.ip().is_loopback()
         && token.is_none()
     {
@@ -954,7 +960,7 @@ fn serve(args: &ServeArgs) -> Result<ExitCode, String> {
     let server = PromptServer(shared.clone());
     let result = rt.block_on(async {
         tokio::spawn(watch(server.clone()));
-        let served = match args.http {
+        let served = match http {
             None => {
                 eprintln!(
                     "promptforge mcp: serving {} over stdio",
@@ -969,6 +975,32 @@ fn serve(args: &ServeArgs) -> Result<ExitCode, String> {
     });
     rt.shutdown_timeout(Duration::from_secs(1));
     result.map(|()| ExitCode::SUCCESS)
+}
+
+/// `--http ADDR`: an address (`127.0.0.1:8808`, `[::1]:0`) or a host name and port
+/// (`localhost:0`), the name resolved to its first address.
+fn http_address(text: &str) -> Result<SocketAddr, String> {
+    if let Ok(addr) = text.parse::<SocketAddr>() {
+        return Ok(addr);
+    }
+    let bad = |why: String| {
+        format!(
+            "--http {text}: {why}; write it as HOST:PORT, such as 127.0.0.1:8808 or localhost:0"
+        )
+    };
+    let (host, port) = text
+        .rsplit_once(':')
+        .ok_or_else(|| bad("no port".to_owned()))?;
+    port.parse::<u16>()
+        .map_err(|_| bad(format!("`{port}` is not a port")))?;
+    if host.is_empty() {
+        return Err(bad("no host".to_owned()));
+    }
+    use std::net::ToSocketAddrs;
+    text.to_socket_addrs()
+        .map_err(|e| bad(e.to_string()))?
+        .next()
+        .ok_or_else(|| bad(format!("{host} has no address")))
 }
 
 async fn serve_stdio(server: PromptServer) -> Result<(), String> {
@@ -1104,7 +1136,27 @@ async fn guard(
                 .into_response();
         }
     }
-    next.run(req).await
+    let json_body = req
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| {
+            v.split(';')
+                .next()
+                .is_some_and(|e| e.trim().eq_ignore_ascii_case("application/json"))
+        });
+    let response = next.run(req).await;
+    // rmcp answers a JSON body it cannot read with 415, as if the media type were wrong; the
+    // media type was right and the body is what is bad: 400, with JSON-RPC's parse error.
+    if json_body && response.status() == StatusCode::UNSUPPORTED_MEDIA_TYPE {
+        return (
+            StatusCode::BAD_REQUEST,
+            [(header::CONTENT_TYPE, "application/json")],
+            r#"{"jsonrpc":"2.0","id":null,"error":{"code":-32700,"message":"Parse error: the request body is not a JSON-RPC message"}}"#,
+        )
+            .into_response();
+    }
+    response
 }
 
 /// Compare without returning early at the first difference, so the time taken does not tell
@@ -1210,6 +1262,18 @@ mod tests {
         assert_eq!(completions(&p.frontmatter, "loud", "t"), ["true"]);
         assert_eq!(completions(&p.frontmatter, "mood", "c"), ["calm"]);
         assert!(completions(&p.frontmatter, "nope", "").is_empty());
+    }
+
+    #[test]
+    fn http_addresses_take_names() {
+        assert_eq!(
+            http_address("127.0.0.1:8808"),
+            Ok("127.0.0.1:8808".parse().unwrap())
+        );
+        assert!(http_address("localhost:0").is_ok_and(|a| a.ip().is_loopback() && a.port() == 0));
+        for bad in ["localhost", "localhost:x", ":80", "127.0.0.1:99999"] {
+            assert!(http_address(bad).is_err(), "{bad}");
+        }
     }
 
     #[test]

@@ -203,6 +203,11 @@ impl Recorder {
         });
     }
 
+    /// Whether it writes a file the user named (`--record`), not a temporary one.
+    pub(crate) fn is_file(&self) -> bool {
+        matches!(self.out, Sink::File(_))
+    }
+
     /// The id a record keeps for an id the Host knows.
     fn final_id(&self, id: EffectId) -> EffectId {
         self.finals.get(&id).copied().unwrap_or(id)
@@ -595,6 +600,17 @@ impl Replay {
     /// Whether the record cancelled the run before this step.
     pub(crate) fn cancel_before(&self, steps: u64) -> bool {
         !self.live && self.cancels.contains(&steps)
+    }
+
+    /// The oldest effect this run issued (and the record has) that the record holds no
+    /// answer for: where a record with an answer missing diverges.
+    pub(crate) fn unanswered(&self) -> Option<EffectId> {
+        let answered: std::collections::BTreeSet<EffectId> =
+            self.answers.values().flatten().map(|(id, _)| *id).collect();
+        self.matched
+            .keys()
+            .copied()
+            .find(|id| !answered.contains(id))
     }
 
     /// Whether a live replay still owes recorded answers to effects it matched.

@@ -80,7 +80,13 @@ fn replay_inner(args: &ReplayArgs) -> Result<ExitCode, String> {
         .prompt
         .clone()
         .unwrap_or_else(|| header.prompt.path.clone());
-    let text = read_prompt(&prompt_path)?;
+    let text = read_prompt(&prompt_path).map_err(|e| match &args.prompt {
+        Some(_) => e,
+        None => format!(
+            "the recorded prompt {} cannot be read ({e}); pass --prompt PATH to replay it from where it is now",
+            prompt_path.display()
+        ),
+    })?;
     if args.prompt.is_none() && sha256_hex(&text) != header.prompt.sha256 {
         eprintln!(
             "note: {} changed since it was recorded (its SHA-256 differs); replaying it as it is now",

@@ -462,7 +462,8 @@ pub(crate) fn header_for(
         version: crate::record::RECORD_VERSION,
         tool: concat!("promptforge ", env!("CARGO_PKG_VERSION")).to_owned(),
         prompt: crate::record::PromptId {
-            path: path.to_path_buf(),
+            // Absolute, so a replay from another folder finds the prompt.
+            path: std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf()),
             sha256: crate::record::sha256_hex(text),
         },
         seed: ctx.seed,
@@ -707,7 +708,7 @@ struct PendingRecord {
 }
 
 impl PendingRecord {
-    fn keep(self) {
+    fn keep(self) -> Option<String> {
         keep_record(
             self.recorder,
             &self.outcome,
@@ -715,13 +716,14 @@ impl PendingRecord {
             self.history.as_deref(),
             self.otel.as_deref(),
             &self.info,
-        );
+        )
     }
 }
 
 /// Finish a run's record and keep it: exported to the OpenTelemetry endpoint when one is set,
-/// and added to the run history when it is on. A failure to keep it is a warning, never the
-/// run's failure.
+/// and added to the run history when it is on. A failure to keep it in the history or export
+/// it is a warning; a record file the user asked for (`--record`) that could not be written
+/// is returned, for the command to fail on.
 pub(crate) fn keep_record(
     recorder: crate::record::Recorder,
     outcome: &Outcome,
@@ -729,8 +731,14 @@ pub(crate) fn keep_record(
     history: Option<&std::path::Path>,
     otel: Option<&str>,
     info: &crate::otel::RunInfo,
-) {
-    let kept = recorder.finish(outcome).and_then(|written| {
+) -> Option<String> {
+    let asked = recorder.is_file();
+    let finished = match recorder.finish(outcome) {
+        Ok(written) => Ok(written),
+        Err(e) if asked => return Some(e),
+        Err(e) => Err(e),
+    };
+    let kept = finished.and_then(|written| {
         let path = written.path();
         let open = || {
             std::fs::File::open(path)
@@ -755,6 +763,7 @@ pub(crate) fn keep_record(
     if let Err(e) = kept {
         crate::ui::print_line(&format!("warning: {e}"));
     }
+    None
 }
 
 /// What a person is told to do about a failure, when the Host can tell.
@@ -811,6 +820,13 @@ fn report(args: &RunArgs, finished: &Finished, verbose: u8) -> ExitCode {
             Err(e) => {
                 eprintln!("error: cannot encode the outcome: {e}");
                 return ExitCode::from(1);
+            }
+        }
+        // stdout holds only the outcome, with the spec's fixed message; what the Host knows
+        // beyond it (the URL tried, the variable it came from) still goes to stderr.
+        if matches!(outcome, Outcome::Failed(_)) {
+            for hint in hints(finished) {
+                eprintln!("hint: {hint}");
             }
         }
     } else {
@@ -961,8 +977,16 @@ pub fn run(args: &RunArgs, ui: Ui) -> ExitCode {
             let code = report(args, &finished, ui.verbose);
             // The result is out (and flushed) before the run is written to the history.
             let _ = std::io::Write::flush(&mut std::io::stdout());
-            if let Some(record) = finished.record.take() {
-                record.keep();
+            if let Some(record) = finished.record.take()
+                && let Some(failed) = record.keep()
+            {
+                // The record the user asked for is not there: that is a failure.
+                eprintln!("error: {failed}");
+                return if code == ExitCode::SUCCESS {
+                    ExitCode::FAILURE
+                } else {
+                    code
+                };
             }
             code
         }

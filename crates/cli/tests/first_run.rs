@@ -89,6 +89,23 @@ fn an_unreachable_or_refusing_endpoint_names_the_url_and_the_servers_words() {
         ),
         "{stderr}"
     );
+    // With --json, stdout holds only the outcome; the hint still reaches stderr.
+    let output = promptforge(dir.path())
+        .args(["run", "writer.md", "--model", "openai:gpt-test", "--json"])
+        .env("OPENAI_BASE_URL", "http://127.0.0.1:9/v1")
+        .env("OPENAI_API_KEY", "k")
+        .output()
+        .unwrap();
+    let (stdout, stderr) = text(&output);
+    assert_eq!(stdout.lines().count(), 1, "{stdout}");
+    assert!(stdout.contains(r#""kind":"Completion""#), "{stdout}");
+    assert!(
+        stderr.lines().any(
+            |l| l.starts_with("hint: POST http://127.0.0.1:9/v1/chat/completions")
+                && l.contains("OPENAI_BASE_URL")
+        ),
+        "{stderr}"
+    );
 
     let refusing = LocalServer::start(Router::new().route(
         "/v1/chat/completions",

@@ -221,3 +221,72 @@ fn a_long_run_is_exported_line_for_line_as_it_was_recorded() {
     assert!(want.len() > 9000, "{} event lines", want.len());
     assert_eq!(got, want);
 }
+
+#[test]
+fn the_size_cap_holds_on_disk_after_a_large_run() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("big.md"),
+        "---\nname: big\ndescription: a large result\npromptforge: 0\n---\n\n# Big\n\n## Make\n\n```lua\nreturn string.rep('x', tonumber(args) * 1024 * 1024)\n```\n",
+    )
+    .unwrap();
+    let history = dir.path().join("h.sqlite3");
+    let run = |mb: &str| {
+        let status = promptforge(dir.path())
+            .args(["run", "big.md", "--args", mb])
+            .env("PROMPTFORGE_HISTORY", &history)
+            .env("PROMPTFORGE_HISTORY_MAX_MB", "8")
+            .stdout(std::process::Stdio::null())
+            .status()
+            .unwrap();
+        assert!(status.success());
+    };
+    // One 20 MB run (over the cap, kept while it is the only one), then five small ones.
+    run("20");
+    for _ in 0..5 {
+        run("0");
+    }
+    let on_disk = |suffix: &str| {
+        std::fs::metadata(format!("{}{suffix}", history.display()))
+            .map(|m| m.len())
+            .unwrap_or(0)
+    };
+    let total = on_disk("") + on_disk("-wal");
+    assert!(
+        total <= 9 * 1024 * 1024,
+        "{total} bytes on disk under an 8 MB cap (db {}, wal {})",
+        on_disk(""),
+        on_disk("-wal")
+    );
+    // The large run was pruned; the small ones remain.
+    let db = rusqlite::Connection::open(&history).unwrap();
+    let count: i64 = db
+        .query_row("SELECT COUNT(*) FROM runs", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(count, 5);
+}
+
+#[test]
+fn a_history_that_cannot_be_written_is_still_read() {
+    let dir = tempfile::tempdir().unwrap();
+    let hello = root().join("examples/hello.md").display().to_string();
+    let (code, _, stderr) = out(dir.path(), &["run", &hello, "--args", "Ada"]);
+    assert_eq!(code, Some(0), "{stderr}");
+    // Whatever keeps SQLite from writing beside the file (a read-only folder; here, for a
+    // test that may run as root, a directory where its index file would go), reading works.
+    let history = dir.path().join("h.sqlite3");
+    let _ = std::fs::remove_file(format!("{}-shm", history.display()));
+    let db = rusqlite::Connection::open(&history).unwrap();
+    db.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |_| Ok(()))
+        .unwrap();
+    drop(db);
+    let _ = std::fs::remove_file(format!("{}-shm", history.display()));
+    let _ = std::fs::remove_file(format!("{}-wal", history.display()));
+    std::fs::create_dir(format!("{}-shm", history.display())).unwrap();
+    let (code, listing, stderr) = out(dir.path(), &["runs", "--json"]);
+    assert_eq!(code, Some(0), "{stderr}");
+    assert_eq!(listing.lines().count(), 1, "{listing}");
+    let (code, record, stderr) = out(dir.path(), &["runs", "export", "1"]);
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(record.contains("Ada"), "{record}");
+}

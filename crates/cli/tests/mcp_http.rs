@@ -15,9 +15,15 @@ use support::promptforge;
 
 const PROMPT: &str = "---\nname: hello\ndescription: Says hello\npromptforge: 0\n---\n\n# Hello\n\n## Say\n\n```lua\nreturn 'hello ' .. args\n```\n";
 
+const INITIALIZE: &str = r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}"#;
+
 /// POST an `initialize` request to `/mcp`, with `origin` when given; the status line.
 fn initialize(addr: &str, origin: Option<&str>) -> String {
-    let body = r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}"#;
+    post(addr, origin, INITIALIZE)
+}
+
+/// POST `body` as JSON to `/mcp`; the status line.
+fn post(addr: &str, origin: Option<&str>, body: &str) -> String {
     let mut stream = TcpStream::connect(addr).unwrap();
     let origin = origin
         .map(|o| format!("Origin: {o}\r\n"))
@@ -34,7 +40,7 @@ fn initialize(addr: &str, origin: Option<&str>) -> String {
 }
 
 #[test]
-fn requests_from_foreign_origins_are_refused() {
+fn requests_from_foreign_origins_are_refused_and_malformed_json_is_a_bad_request() {
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join("hello.md"), PROMPT).unwrap();
     std::fs::write(
@@ -73,12 +79,36 @@ fn requests_from_foreign_origins_are_refused() {
         initialize(&addr, None),
         initialize(&addr, Some("http://localhost:5173")),
     ];
+    let malformed = post(&addr, None, "{bad json");
     let _ = child.kill();
     let _ = child.wait();
+    assert!(malformed.contains(" 400 "), "{malformed}");
     for status in refused {
         assert!(status.contains(" 403 "), "{status}");
     }
     for status in served {
         assert!(status.contains(" 200 "), "{status}");
     }
+}
+
+#[test]
+fn a_token_of_only_white_space_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("hello.md"), PROMPT).unwrap();
+    let output = promptforge(dir.path())
+        .args([
+            "mcp",
+            "serve",
+            ".",
+            "--http",
+            "127.0.0.1:0",
+            "--token-env",
+            "PF_TOKEN",
+        ])
+        .env("PF_TOKEN", "   ")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("only white space"), "{stderr}");
 }

@@ -86,3 +86,30 @@ fn a_full_stdout_is_said_once_and_fails_the_command() {
         "{stderr}"
     );
 }
+
+#[test]
+fn a_record_that_cannot_be_written_fails_the_run() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("hello.md"), HELLO).unwrap();
+    if !std::path::Path::new("/dev/full").exists() {
+        return;
+    }
+    let output = promptforge(dir.path())
+        .args([
+            "run",
+            "hello.md",
+            "--args",
+            "x",
+            "--json",
+            "--record",
+            "/dev/full",
+        ])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("error: cannot write the record"),
+        "{stderr}"
+    );
+}

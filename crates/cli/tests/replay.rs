@@ -264,3 +264,110 @@ fn an_edited_prompt_diverges_where_it_changed_and_then_live_pays_only_after() {
     );
     assert!(stderr.contains("live from there"), "{stderr}");
 }
+
+#[test]
+fn a_record_keeps_the_prompt_path_absolute_and_replays_from_anywhere() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir(dir.path().join("work")).unwrap();
+    std::fs::create_dir(dir.path().join("elsewhere")).unwrap();
+    std::fs::write(
+        dir.path().join("work/hello.md"),
+        "---\nname: hello\ndescription: Says hello\npromptforge: 0\n---\n\n# Hello\n\n## Say\n\n```lua\nreturn 'hello ' .. args\n```\n",
+    )
+    .unwrap();
+    let ran = promptforge(&dir.path().join("work"))
+        .args([
+            "run",
+            "hello.md",
+            "--args",
+            "Ada",
+            "--record",
+            "../run.record",
+        ])
+        .output()
+        .unwrap();
+    assert!(ran.status.success());
+    let header: Value = serde_json::from_str(
+        std::fs::read_to_string(dir.path().join("run.record"))
+            .unwrap()
+            .lines()
+            .next()
+            .unwrap(),
+    )
+    .unwrap();
+    let recorded = PathBuf::from(header["prompt"]["path"].as_str().unwrap());
+    assert!(recorded.is_absolute(), "{recorded:?}");
+    let again = promptforge(&dir.path().join("elsewhere"))
+        .args(["replay", "../run.record"])
+        .output()
+        .unwrap();
+    assert!(
+        String::from_utf8_lossy(&again.stderr).contains("identical to the record"),
+        "{}",
+        String::from_utf8_lossy(&again.stderr)
+    );
+    // When the prompt has moved, the replay says which path it tried.
+    std::fs::rename(
+        dir.path().join("work/hello.md"),
+        dir.path().join("work/moved.md"),
+    )
+    .unwrap();
+    let moved = promptforge(&dir.path().join("elsewhere"))
+        .args(["replay", "../run.record"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&moved.stderr);
+    assert_eq!(moved.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains(&recorded.display().to_string()) && stderr.contains("--prompt PATH"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn a_record_missing_an_answer_diverges_at_that_effect() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("three.md"),
+        "---\nname: three\ndescription: three rounds\npromptforge: 0\nmodels:\n  w: {}\n---\n\n# Three\n\n## Ask\n\n```lua\nmodels.use('w')\nlocal a = models.infer('one')\nlocal b = models.infer('two')\nreturn a .. b .. models.infer('three')\n```\n",
+    )
+    .unwrap();
+    std::fs::write(
+        dir.path().join("script.json"),
+        r#"{"model": {"id": "scripted", "context": 8000, "thinking": "Switchable", "description": "s"}, "replies": ["a", "b", "c"]}"#,
+    )
+    .unwrap();
+    let ran = promptforge(dir.path())
+        .args([
+            "run",
+            "three.md",
+            "--script",
+            "script.json",
+            "--record",
+            "r.record",
+        ])
+        .output()
+        .unwrap();
+    assert!(ran.status.success());
+    // Take the answer to effect 1 (of 0, 1, 2) out of the record.
+    let record = std::fs::read_to_string(dir.path().join("r.record")).unwrap();
+    let kept: Vec<&str> = record
+        .lines()
+        .filter(|l| !l.starts_with(r#"{"answer":1,"#))
+        .collect();
+    assert_eq!(kept.len() + 1, record.lines().count());
+    std::fs::write(dir.path().join("r.record"), kept.join("\n") + "\n").unwrap();
+    let replayed = promptforge(dir.path())
+        .args(["replay", "r.record"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&replayed.stderr);
+    assert_eq!(replayed.status.code(), Some(3), "{stderr}");
+    assert!(
+        stderr.contains(
+            "replay diverged at effect 1: the run waits for an answer the record does not have"
+        ),
+        "{stderr}"
+    );
+    assert!(stderr.contains("issued by section `Ask`"), "{stderr}");
+}
