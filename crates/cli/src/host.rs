@@ -183,7 +183,11 @@ impl HostRuntime {
 fn note(notes: Notes, text: &str, json: impl FnOnce() -> Json) {
     match notes {
         Notes::Stderr => crate::ui::print_line(&format!("note: {text}")),
-        Notes::JsonStdout => outln!("{}", json()),
+        // A Host event: no secret the Host holds is written in it.
+        Notes::JsonStdout => outln!(
+            "{}",
+            promptforge_harness::secrets::redact(&json().to_string())
+        ),
         Notes::Keep => {}
     }
 }
@@ -210,7 +214,10 @@ impl ReplyObserver for RoundWatch {
         self.diagnosis
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .server_message = Some((status, message.to_owned()));
+            .server_message = Some((
+            status,
+            promptforge_harness::secrets::redact(message).into_owned(),
+        ));
         note(
             self.notes,
             &format!("the model server answered {status}: {message}"),

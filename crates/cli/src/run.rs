@@ -826,7 +826,7 @@ fn report(args: &RunArgs, finished: &Finished, verbose: u8) -> ExitCode {
         // beyond it (the URL tried, the variable it came from) still goes to stderr.
         if matches!(outcome, Outcome::Failed(_)) {
             for hint in hints(finished) {
-                eprintln!("hint: {hint}");
+                eprintln!("hint: {}", promptforge_harness::secrets::redact(&hint));
             }
         }
     } else {
@@ -848,7 +848,10 @@ fn report(args: &RunArgs, finished: &Finished, verbose: u8) -> ExitCode {
                     Some(parse_kind) => format!("{}/{parse_kind}", err.kind),
                     None => err.kind.to_string(),
                 };
-                eprintln!("error[{kind}]: {}", err.message);
+                eprintln!(
+                    "error[{kind}]: {}",
+                    promptforge_harness::secrets::redact(&err.message)
+                );
                 if let Some(line) = err.line {
                     eprintln!(
                         "  --> {}:{line}:{}",
@@ -857,7 +860,7 @@ fn report(args: &RunArgs, finished: &Finished, verbose: u8) -> ExitCode {
                     );
                 }
                 for hint in hints(finished) {
-                    eprintln!("hint: {hint}");
+                    eprintln!("hint: {}", promptforge_harness::secrets::redact(&hint));
                 }
                 match (&err.traceback, verbose) {
                     (Some(traceback), 1..) => eprintln!("{traceback}"),

@@ -95,8 +95,10 @@ pub(crate) fn stdout_flush_failed() -> bool {
     STDOUT_FAILED.load(Ordering::Relaxed)
 }
 
-/// Write a finished line to stderr, above the progress display when one is drawn.
+/// Write a finished line to stderr, above the progress display when one is drawn. Every
+/// secret the Host holds is taken out first (a server may echo a key in its error text).
 pub(crate) fn print_line(text: &str) {
+    let text = &*promptforge_harness::secrets::redact(text);
     match SCREEN.get() {
         Some(multi) => {
             if multi.println(text).is_err() {
@@ -306,7 +308,8 @@ impl RoundLine {
     /// The round waits to be sent again.
     pub(crate) fn waiting(&self, why: &str, wait: Duration) {
         self.show(&format!(
-            "{why}; retrying in {}",
+            "{}; retrying in {}",
+            promptforge_harness::secrets::redact(why),
             duration_text(wait).replace(".00", "")
         ));
     }

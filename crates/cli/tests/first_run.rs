@@ -342,3 +342,42 @@ fn completions_and_the_model_listing() {
         "the project file is found from a subfolder: {stdout}"
     );
 }
+
+#[test]
+fn a_key_the_server_echoes_is_never_shown() {
+    let dir = tempfile::tempdir().unwrap();
+    write(dir.path(), "writer.md", WRITER);
+    const KEY: &str = "sk-test-echoed-key-0123456789";
+    let echoing = LocalServer::start(Router::new().route(
+        "/v1/chat/completions",
+        post(|| async {
+            Response::builder()
+                .status(401)
+                .header("content-type", "application/json")
+                .body(Body::from(
+                    json!({"error": {"message": format!("Incorrect API key provided: {KEY}")}})
+                        .to_string(),
+                ))
+                .unwrap()
+        }),
+    ));
+    for extra in [&[][..], &["--json"][..], &["--events"][..]] {
+        let output = promptforge(dir.path())
+            .args(["run", "writer.md", "--model", "openai:gpt-test"])
+            .args(extra)
+            .env("OPENAI_BASE_URL", format!("{}/v1", echoing.base()))
+            .env("OPENAI_API_KEY", KEY)
+            .output()
+            .unwrap();
+        let (stdout, stderr) = text(&output);
+        assert_eq!(output.status.code(), Some(1), "{extra:?}: {stderr}");
+        assert!(
+            !stdout.contains(KEY) && !stderr.contains(KEY),
+            "{extra:?}: the key was shown:\n{stdout}\n{stderr}"
+        );
+        assert!(
+            stdout.contains("[redacted]") || stderr.contains("[redacted]"),
+            "{extra:?}: the server's words were dropped instead of redacted:\n{stdout}\n{stderr}"
+        );
+    }
+}

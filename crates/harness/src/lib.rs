@@ -7,5 +7,6 @@
 pub mod limits;
 pub mod mcp;
 pub mod model;
+pub mod secrets;
 pub mod store;
 pub mod web;

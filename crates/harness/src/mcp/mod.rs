@@ -263,6 +263,10 @@ async fn start(entry: &McpServerEntry) -> Result<Connection, String> {
             for var in &entry.env_vars {
                 match std::env::var_os(var) {
                     Some(value) if !value.is_empty() => {
+                        // `env_vars` is where a server's secrets come from.
+                        if let Some(text) = value.to_str() {
+                            crate::secrets::register(text);
+                        }
                         command.env(var, value);
                     }
                     _ => {
@@ -328,7 +332,10 @@ async fn start(entry: &McpServerEntry) -> Result<Connection, String> {
             let mut config = StreamableHttpClientTransportConfig::with_uri(url.clone());
             if let Some(var) = &entry.bearer_token_env {
                 match std::env::var(var) {
-                    Ok(token) if !token.is_empty() => config = config.auth_header(token),
+                    Ok(token) if !token.is_empty() => {
+                        crate::secrets::register(&token);
+                        config = config.auth_header(token);
+                    }
                     _ => {
                         return Err(format!(
                             "the bearer token variable {var} (named in `bearer_token_env`) is not set"

@@ -573,6 +573,9 @@ impl Catalog {
         } else {
             env.get(key_env)?
         };
+        if let Some(key) = &key {
+            crate::secrets::register(key);
+        }
         let need_key = |key: Option<String>| {
             key.ok_or_else(|| {
                 fail(format!(
@@ -737,7 +740,10 @@ impl Catalog {
         let key = match &plan.key_env {
             None => None,
             Some(var) => match env.get(var)? {
-                Some(key) => Some(key),
+                Some(key) => {
+                    crate::secrets::register(&key);
+                    Some(key)
+                }
                 None if plan.key_optional => None,
                 None => {
                     let purpose = if plan.description.provider == ProviderKind::Gateway {
