@@ -114,6 +114,9 @@ struct InputLine {
     inputs: Option<Vec<String>>,
     /// A label copied to the result line.
     id: Option<Json>,
+    /// The file placed in this run's store as the prompt's declared input file (a path
+    /// relative to the inputs file's folder).
+    input_file: Option<PathBuf>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -212,6 +215,8 @@ struct Job {
 
 /// What every run of the batch shares.
 struct Shared {
+    /// The inputs file's folder (an input's `input_file` is read from there).
+    inputs_dir: PathBuf,
     /// The inputs in the file, the samples of each, and the slice (for the result lines).
     inputs: u64,
     repeats: u32,
@@ -273,14 +278,26 @@ fn run_one(shared: &Shared, job: &Job) -> ResultLine {
         None => Operator::Nobody,
     };
     offer_plugins(&mut ctx, &operator, &shared.web);
-    let host = Host::new(
-        shared.model.clone(),
-        Some(shared.web.clone()),
-        Store::memory(),
-        operator,
-        shared.cancel.clone(),
-        channel(),
-    );
+    // This input's own file, placed as the prompt's declared input file.
+    let mut store = Store::memory();
+    let placed = match (&shared.prompt.frontmatter.input, &input.input_file) {
+        (Some(decl), Some(file)) => {
+            let file = shared.inputs_dir.join(file);
+            promptforge_harness::store::place_input_file(&mut store, &decl.path, &file)
+                .map_err(|e| format!("input_file {}: {e}", file.display()))
+        }
+        _ => Ok(()),
+    };
+    let host = placed.and_then(|()| {
+        Host::new(
+            shared.model.clone(),
+            Some(shared.web.clone()),
+            store,
+            operator,
+            shared.cancel.clone(),
+            channel(),
+        )
+    });
     let (outcome, totals, infrastructure) = match host {
         Ok(host) => {
             let mut host = host
@@ -599,11 +616,11 @@ fn batch_inner(args: &BatchArgs, ui: Ui) -> Result<ExitCode, String> {
     let prompt = Prompt::parse(&text)
         .map_err(|err| crate::source::parse_failure_line(&args.prompt, &err))?;
     if let Some(decl) = &prompt.frontmatter.input {
-        return Err(format!(
-            "this prompt reads the input file `{}`; batch runs have no --input-file yet: pass \
-             the file's text in each input's args instead",
+        eprintln!(
+            "note: this prompt reads the input file `{}`: each input line may name one with \
+             `input_file` (a path from the inputs file's folder); inputs without one run without it",
             decl.path
-        ));
+        );
     }
     let config = Config::default();
     let model = current_model(args.script.as_deref(), args.model.as_deref(), &config)?;
@@ -649,6 +666,11 @@ fn batch_inner(args: &BatchArgs, ui: Ui) -> Result<ExitCode, String> {
         .map_err(|e| format!("cannot start the async runtime: {e}"))?;
     let mcp = config.mcp_plugins(&prompt.frontmatter)?;
     let shared = Arc::new(Shared {
+        inputs_dir: args
+            .inputs
+            .parent()
+            .map(Path::to_path_buf)
+            .unwrap_or_default(),
         inputs: total_inputs,
         repeats: args.repeat,
         shard: args.shard.clone(),

@@ -431,3 +431,55 @@ fn merge_notices_a_missing_slice() {
         "{merged:?}"
     );
 }
+
+#[test]
+fn a_prompt_that_reads_an_input_file_runs_without_one_and_each_batch_input_brings_its_own() {
+    let (server, _) = server();
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("paper.md"),
+        "---\nname: paper\ndescription: reads a paper\npromptforge: 0\ninput:\n  path: paper.md\n  description: The paper\n---\n\n# Paper\n\n## Read\n\n```lua\nif not store.exists('paper.md') then return 'no paper' end\nreturn 'paper: ' .. store.read('paper.md')\n```\n",
+    )
+    .unwrap();
+    // `run` without --input-file: the run goes on, and stderr names the expected file.
+    let output = promptforge(dir.path())
+        .args(["run", "paper.md"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(0), "{stderr}");
+    assert_eq!(String::from_utf8_lossy(&output.stdout), "no paper");
+    assert!(stderr.contains("input file `paper.md`"), "{stderr}");
+    // `batch`: each input names its own file, read from the inputs file's folder.
+    std::fs::create_dir(dir.path().join("in")).unwrap();
+    std::fs::write(dir.path().join("in/a.txt"), "A").unwrap();
+    std::fs::write(dir.path().join("in/b.txt"), "B").unwrap();
+    std::fs::write(
+        dir.path().join("in/inputs.jsonl"),
+        "{\"input_file\": \"a.txt\"}\n{\"input_file\": \"b.txt\"}\n{}\n",
+    )
+    .unwrap();
+    let output = promptforge(dir.path())
+        .args([
+            "batch",
+            "paper.md",
+            "--inputs",
+            "in/inputs.jsonl",
+            "--out",
+            "r.jsonl",
+        ])
+        .env("OPENAI_BASE_URL", format!("{}/v1", server.base()))
+        .output()
+        .unwrap();
+    assert_eq!(
+        output.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let got: Vec<String> = results(&dir.path().join("r.jsonl"))
+        .iter()
+        .map(|r| r["outcome"]["result"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(got, ["paper: A", "paper: B", "no paper"]);
+}
