@@ -87,6 +87,21 @@ struct ServeArgs {
     /// Keep no run history for the calls.
     #[arg(long)]
     no_history: bool,
+    /// The most calls that run at once; more wait their turn.
+    #[arg(long, value_name = "N", default_value_t = 8, value_parser = clap::value_parser!(u32).range(1..))]
+    max_runs: u32,
+    /// The most calls that wait for a turn; past them a call is refused as busy.
+    #[arg(long, value_name = "N", default_value_t = 32)]
+    max_waiting: u32,
+    /// The server's memory budget in megabytes: while the process uses more, new calls are
+    /// refused as busy (running ones finish).
+    #[arg(long, value_name = "MB", default_value_t = 2048, value_parser = clap::value_parser!(u64).range(1..))]
+    memory_mb: u64,
+    /// Over HTTP: a session with no traffic for this many seconds is closed and its calls
+    /// stopped (a client that went away without ending its session). A call that runs longer
+    /// without sending progress is stopped too: ask for progress, or raise this.
+    #[arg(long, value_name = "SECS", default_value_t = 300, value_parser = clap::value_parser!(u64).range(1..), requires = "http")]
+    idle_timeout: u64,
 }
 
 #[derive(Debug, Args)]
@@ -496,6 +511,86 @@ struct Shared {
     changes: tokio::sync::broadcast::Sender<()>,
     /// The scan's problems told on stderr already.
     told: Mutex<std::collections::BTreeSet<String>>,
+    /// How many calls run at once, how many wait, and the memory budget.
+    admission: CallAdmission,
+}
+
+/// Admission of calls: `--max-runs` at once, `--max-waiting` queued behind them, and no new
+/// call while the process is over its memory budget. The 64 MiB Lua cap bounds one run; this
+/// bounds the server.
+#[derive(Debug)]
+struct CallAdmission {
+    slots: Arc<tokio::sync::Semaphore>,
+    max_runs: u32,
+    waiting: std::sync::atomic::AtomicU32,
+    max_waiting: u32,
+    budget_bytes: u64,
+    /// The process's resident memory now (a test may stand in its own reading).
+    resident: fn() -> u64,
+}
+
+/// A call's turn to run; the slot comes back when it is dropped.
+#[derive(Debug)]
+struct Turn(#[allow(dead_code)] tokio::sync::OwnedSemaphorePermit);
+
+impl CallAdmission {
+    fn new(max_runs: u32, max_waiting: u32, budget_mb: u64) -> Self {
+        CallAdmission {
+            slots: Arc::new(tokio::sync::Semaphore::new(max_runs as usize)),
+            max_runs,
+            waiting: std::sync::atomic::AtomicU32::new(0),
+            max_waiting,
+            budget_bytes: budget_mb.saturating_mul(1024 * 1024),
+            resident: resident_bytes,
+        }
+    }
+
+    /// Wait for a turn, or say why there is none: the server is over its memory budget, the
+    /// queue is full, or the call was cancelled while it waited (`Ok(None)`).
+    async fn enter(
+        &self,
+        ct: &tokio_util::sync::CancellationToken,
+    ) -> Result<Option<Turn>, String> {
+        let resident = (self.resident)();
+        if resident > self.budget_bytes {
+            return Err(format!(
+                "the server is busy: it uses {} MB, over its memory budget of {} MB (--memory-mb); try again when running calls finish",
+                resident / (1024 * 1024),
+                self.budget_bytes / (1024 * 1024)
+            ));
+        }
+        if let Ok(permit) = self.slots.clone().try_acquire_owned() {
+            return Ok(Some(Turn(permit)));
+        }
+        let queued = self.waiting.fetch_add(1, Ordering::SeqCst);
+        if queued >= self.max_waiting {
+            self.waiting.fetch_sub(1, Ordering::SeqCst);
+            return Err(format!(
+                "the server is busy: {} calls are running and {queued} waiting (--max-runs, --max-waiting); try again later",
+                self.max_runs
+            ));
+        }
+        let turn = tokio::select! {
+            permit = self.slots.clone().acquire_owned() => permit.ok().map(Turn),
+            () = ct.cancelled() => None,
+        };
+        self.waiting.fetch_sub(1, Ordering::SeqCst);
+        Ok(turn)
+    }
+}
+
+/// This process's resident memory in bytes (Linux's `/proc/self/status`; 0 elsewhere, where
+/// the budget then never refuses).
+fn resident_bytes() -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|status| {
+            status
+                .lines()
+                .find_map(|l| l.strip_prefix("VmRSS:"))
+                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        })
+        .map_or(0, |kb| kb * 1024)
 }
 
 impl std::fmt::Debug for Shared {
@@ -530,6 +625,9 @@ impl PromptServer {
         ct: tokio_util::sync::CancellationToken,
         progress: Option<tokio::sync::mpsc::UnboundedSender<String>>,
     ) -> Result<Outcome, String> {
+        let Some(turn) = self.0.admission.enter(&ct).await? else {
+            return Ok(Outcome::Cancelled);
+        };
         let cancel = Arc::new(AtomicBool::new(false));
         let (tx, rx) = channel();
         let wake = tx.clone();
@@ -541,14 +639,16 @@ impl PromptServer {
             })
         };
         tokio::pin!(job);
-        tokio::select! {
+        let outcome = tokio::select! {
             done = &mut job => done.map_err(|e| format!("the run stopped: {e}")),
             () = ct.cancelled() => {
                 cancel.store(true, Ordering::Relaxed);
                 let _ = wake.send(crate::host::HostMessage::Wake);
                 job.await.map_err(|e| format!("the run stopped: {e}"))
             }
-        }
+        };
+        drop(turn);
+        outcome
     }
 
     /// Run a prompt for a request: progress forwarded when the request asked for it (all of
@@ -956,6 +1056,7 @@ fn serve(args: &ServeArgs) -> Result<ExitCode, String> {
         peers: Mutex::new(Vec::new()),
         changes,
         told,
+        admission: CallAdmission::new(args.max_runs, args.max_waiting, args.memory_mb),
     });
     let server = PromptServer(shared.clone());
     let result = rt.block_on(async {
@@ -968,7 +1069,10 @@ fn serve(args: &ServeArgs) -> Result<ExitCode, String> {
                 );
                 serve_stdio(server).await
             }
-            Some(addr) => serve_http(server, addr, token, args.allow_origin.clone()).await,
+            Some(addr) => {
+                let idle = Duration::from_secs(args.idle_timeout);
+                serve_http(server, addr, token, args.allow_origin.clone(), idle).await
+            }
         };
         shared.mcp.shutdown().await;
         served
@@ -1020,6 +1124,7 @@ async fn serve_http(
     addr: SocketAddr,
     token: Option<String>,
     allowed_origins: Vec<String>,
+    idle: Duration,
 ) -> Result<(), String> {
     use rmcp::transport::streamable_http_server::{
         StreamableHttpServerConfig, StreamableHttpService, session::local::LocalSessionManager,
@@ -1033,7 +1138,11 @@ async fn serve_http(
     let service: StreamableHttpService<PromptServer, LocalSessionManager> =
         StreamableHttpService::new(
             move || Ok(factory.clone()),
-            Arc::new(LocalSessionManager::default()),
+            Arc::new({
+                let mut sessions = LocalSessionManager::default();
+                sessions.session_config.keep_alive = Some(idle);
+                sessions
+            }),
             config,
         );
     let token = Arc::new(token);
@@ -1262,6 +1371,45 @@ mod tests {
         assert_eq!(completions(&p.frontmatter, "loud", "t"), ["true"]);
         assert_eq!(completions(&p.frontmatter, "mood", "c"), ["calm"]);
         assert!(completions(&p.frontmatter, "nope", "").is_empty());
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn calls_past_the_limit_wait_then_are_refused_and_the_memory_budget_holds() {
+        let ct = tokio_util::sync::CancellationToken::new();
+        let admission = CallAdmission::new(2, 1, 100);
+        let a = admission.enter(&ct).await.unwrap().unwrap();
+        let _b = admission.enter(&ct).await.unwrap().unwrap();
+        // A third call waits for a turn; a fourth finds the queue full.
+        let waiting = admission.enter(&ct);
+        tokio::pin!(waiting);
+        assert!(
+            futures_util::poll!(&mut waiting).is_pending(),
+            "the third call waits"
+        );
+        let busy = admission.enter(&ct).await.unwrap_err();
+        assert_eq!(
+            busy,
+            "the server is busy: 2 calls are running and 1 waiting (--max-runs, --max-waiting); try again later"
+        );
+        drop(a);
+        let third = waiting.await.unwrap();
+        assert!(third.is_some(), "a freed turn goes to the waiting call");
+        // A call cancelled while it waits leaves the queue.
+        let cancelled = tokio_util::sync::CancellationToken::new();
+        cancelled.cancel();
+        assert!(admission.enter(&cancelled).await.unwrap().is_none());
+        assert_eq!(admission.waiting.load(Ordering::SeqCst), 0);
+        // Over the memory budget, no new call starts.
+        let mut heavy = CallAdmission::new(8, 8, 100);
+        heavy.resident = || 300 * 1024 * 1024;
+        let refused = heavy.enter(&ct).await.unwrap_err();
+        assert!(
+            refused.starts_with(
+                "the server is busy: it uses 300 MB, over its memory budget of 100 MB"
+            ),
+            "{refused}"
+        );
+        assert!(resident_bytes() > 0 || !std::path::Path::new("/proc/self/status").exists());
     }
 
     #[test]
