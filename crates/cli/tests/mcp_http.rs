@@ -112,3 +112,123 @@ fn a_token_of_only_white_space_is_refused() {
     assert_eq!(output.status.code(), Some(2), "{stderr}");
     assert!(stderr.contains("only white space"), "{stderr}");
 }
+
+/// POST `body` with the session header on a new connection, handed back unread.
+fn post_in_session(addr: &str, session: Option<&str>, body: &str) -> TcpStream {
+    let mut stream = TcpStream::connect(addr).unwrap();
+    let session = session
+        .map(|s| format!("Mcp-Session-Id: {s}\r\n"))
+        .unwrap_or_default();
+    write!(
+        stream,
+        "POST /mcp HTTP/1.1\r\nHost: {addr}\r\n{session}Content-Type: application/json\r\nAccept: application/json, text/event-stream\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    )
+    .unwrap();
+    stream
+}
+
+#[test]
+fn a_client_that_vanishes_has_its_calls_stopped_after_the_idle_timeout() {
+    use axum::Router;
+    use axum::routing::post as route_post;
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    // A model server that never answers, counting the rounds that reach it.
+    let rounds = Arc::new(AtomicUsize::new(0));
+    let counted = rounds.clone();
+    let hanging = support::LocalServer::start(Router::new().route(
+        "/v1/chat/completions",
+        route_post(move || {
+            let counted = counted.clone();
+            async move {
+                counted.fetch_add(1, Ordering::SeqCst);
+                std::future::pending::<()>().await;
+                ""
+            }
+        }),
+    ));
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("ask.md"),
+        "---\nname: ask\ndescription: Asks the model\npromptforge: 0\nmodels:\n  w: {}\n---\n\n# Ask\n\n## Ask\n\n```lua\nmodels.use('w')\nreturn models.infer('hello')\n```\n",
+    )
+    .unwrap();
+    let mut child = promptforge(dir.path())
+        .args([
+            "mcp",
+            "serve",
+            "ask.md",
+            "--http",
+            "127.0.0.1:0",
+            "--model",
+            "openai:m",
+            "--idle-timeout",
+            "1",
+        ])
+        .env("OPENAI_BASE_URL", format!("{}/v1", hanging.base()))
+        .env("OPENAI_API_KEY", "k")
+        .stderr(Stdio::piped())
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut stderr = BufReader::new(child.stderr.take().unwrap());
+    let mut line = String::new();
+    stderr.read_line(&mut line).unwrap();
+    let addr = line
+        .split("http://")
+        .nth(1)
+        .and_then(|rest| rest.split('/').next())
+        .unwrap_or_else(|| panic!("no address in {line:?}"))
+        .to_owned();
+    let mut reply = String::new();
+    let _ = post_in_session(&addr, None, INITIALIZE).read_to_string(&mut reply);
+    let session = reply
+        .lines()
+        .find_map(|l| {
+            let (name, value) = l.split_once(':')?;
+            name.eq_ignore_ascii_case("mcp-session-id")
+                .then(|| value.trim().to_owned())
+        })
+        .unwrap_or_else(|| panic!("no session in {reply}"));
+    let _ = post_in_session(
+        &addr,
+        Some(&session),
+        r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#,
+    )
+    .read_to_string(&mut String::new());
+    // Call the tool; once its round reaches the model, go away without reading the reply or
+    // ending the session.
+    let call = post_in_session(
+        &addr,
+        Some(&session),
+        r#"{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"ask","arguments":{}}}"#,
+    );
+    let began = std::time::Instant::now();
+    while rounds.load(Ordering::SeqCst) == 0 {
+        assert!(
+            began.elapsed() < std::time::Duration::from_secs(20),
+            "the call never reached the model"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    drop(call);
+    // After the idle timeout (and rmcp's grace for handlers to finish), the run is stopped
+    // and kept in the history as cancelled.
+    let stopped = loop {
+        let runs = promptforge(dir.path())
+            .args(["runs", "--json"])
+            .output()
+            .unwrap();
+        if String::from_utf8_lossy(&runs.stdout).contains(r#""outcome":"cancelled""#) {
+            break true;
+        }
+        if began.elapsed() > std::time::Duration::from_secs(30) {
+            break false;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    };
+    let _ = child.kill();
+    let _ = child.wait();
+    assert!(stopped, "the vanished client's call was never stopped");
+}
