@@ -39,6 +39,18 @@ fn post(addr: &str, origin: Option<&str>, body: &str) -> String {
     reply.lines().next().unwrap_or_default().to_owned()
 }
 
+/// The address `mcp serve --http` says it serves at (its first line on stderr).
+fn served_address(child: &mut std::process::Child) -> String {
+    let mut stderr = BufReader::new(child.stderr.take().unwrap());
+    let mut line = String::new();
+    stderr.read_line(&mut line).unwrap();
+    line.split("http://")
+        .nth(1)
+        .and_then(|rest| rest.split('/').next())
+        .unwrap_or_else(|| panic!("no address in {line:?}"))
+        .to_owned()
+}
+
 #[test]
 fn requests_from_foreign_origins_are_refused_and_malformed_json_is_a_bad_request() {
     let dir = tempfile::tempdir().unwrap();
@@ -62,15 +74,7 @@ fn requests_from_foreign_origins_are_refused_and_malformed_json_is_a_bad_request
         .stdout(Stdio::null())
         .spawn()
         .unwrap();
-    let mut stderr = BufReader::new(child.stderr.take().unwrap());
-    let mut line = String::new();
-    stderr.read_line(&mut line).unwrap();
-    let addr = line
-        .split("http://")
-        .nth(1)
-        .and_then(|rest| rest.split('/').next())
-        .unwrap_or_else(|| panic!("no address in {line:?}"))
-        .to_owned();
+    let addr = served_address(&mut child);
     let refused = [
         initialize(&addr, Some("http://evil.example")),
         initialize(&addr, Some("null")),
@@ -172,15 +176,7 @@ fn a_client_that_vanishes_has_its_calls_stopped_after_the_idle_timeout() {
         .stdout(Stdio::null())
         .spawn()
         .unwrap();
-    let mut stderr = BufReader::new(child.stderr.take().unwrap());
-    let mut line = String::new();
-    stderr.read_line(&mut line).unwrap();
-    let addr = line
-        .split("http://")
-        .nth(1)
-        .and_then(|rest| rest.split('/').next())
-        .unwrap_or_else(|| panic!("no address in {line:?}"))
-        .to_owned();
+    let addr = served_address(&mut child);
     let mut reply = String::new();
     let _ = post_in_session(&addr, None, INITIALIZE).read_to_string(&mut reply);
     let session = reply

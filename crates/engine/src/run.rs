@@ -431,25 +431,9 @@ impl Run {
             owned: Vec::new(),
             carried: None,
         };
-        let mut main = Box::new(Strand {
-            id: MAIN,
-            task: root,
-            stack: vec![chain],
-            start: None,
-            claims,
-            owner: None,
-            seq: self.take_seq(),
-            slot: Slot::Exempt,
-            turns: 0,
-            wait: None,
-            depth: 0,
-            ahead: None,
-            cont: None,
-            started_ahead: false,
-            held: false,
-            zombie: false,
-            physical: crate::scheduler::Physical::None,
-        });
+        let seq = self.take_seq();
+        let mut main = Box::new(Strand::new(MAIN, root, claims, None, seq, Slot::Exempt, 0));
+        main.stack.push(chain);
         self.next_strand = MAIN + 1;
         if !self.prompt.h1_blocks.is_empty() {
             let title = self.prompt.title.clone();

@@ -398,6 +398,14 @@ struct Node {
     prepared: Option<u64>,
 }
 
+/// Which walk over the queues: starting a task ahead (a slot must be free in fact), or
+/// preparing one (its work held for a slot).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Pass {
+    Start,
+    Prepare,
+}
+
 /// What a strand counts for in the physical tally beside the committed one.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub(crate) enum Physical {
@@ -610,54 +618,47 @@ impl Admission {
 
     /// The next queued task to start ahead of its admission, in the order admission would
     /// take it, when a slot is free in fact: the first task of an owner with room that
-    /// `fresh` accepts (one that has never run), after the ones already started ahead.
-    pub(crate) fn next_ahead(
-        &mut self,
-        mut fresh: impl FnMut(StrandId) -> bool,
-    ) -> Option<StrandId> {
-        let owners: Vec<ChainKey> = self.heads.iter().map(|&(_, owner)| owner).collect();
-        for owner in owners {
-            if !self.has_physical_room(owner) {
-                continue;
-            }
-            let Some(node) = self.nodes.get_mut(&owner) else {
-                continue;
-            };
-            let from = node.cursor.map_or(0, |c| c + 1);
-            let found = node
-                .queue
-                .range(from..)
-                .find(|(_, strand)| fresh(**strand))
-                .map(|(&seq, &strand)| (seq, strand));
-            if let Some((seq, strand)) = found {
-                node.cursor = Some(seq);
-                return Some(strand);
-            }
-        }
-        None
+    /// `fresh` accepts (one that has never run, or one prepared), after the ones already
+    /// started ahead.
+    pub(crate) fn next_ahead(&mut self, fresh: impl FnMut(StrandId) -> bool) -> Option<StrandId> {
+        self.next_queued(Pass::Start, fresh)
     }
 
     /// The next queued task to prepare (start with its work held for a slot): the first, in
     /// the order admission would take them, that `fresh` accepts, past those prepared or
     /// started ahead already. No room is needed.
-    pub(crate) fn next_prepare(
+    pub(crate) fn next_prepare(&mut self, fresh: impl FnMut(StrandId) -> bool) -> Option<StrandId> {
+        self.next_queued(Pass::Prepare, fresh)
+    }
+
+    /// The walk both share: owners in admission order, each queue from past its cursor.
+    fn next_queued(
         &mut self,
+        pass: Pass,
         mut fresh: impl FnMut(StrandId) -> bool,
     ) -> Option<StrandId> {
         let owners: Vec<ChainKey> = self.heads.iter().map(|&(_, owner)| owner).collect();
         for owner in owners {
+            if pass == Pass::Start && !self.has_physical_room(owner) {
+                continue;
+            }
             let Some(node) = self.nodes.get_mut(&owner) else {
                 continue;
             };
-            let past = node.cursor.max(node.prepared);
-            let from = past.map_or(0, |c| c + 1);
+            let past = match pass {
+                Pass::Start => node.cursor,
+                Pass::Prepare => node.cursor.max(node.prepared),
+            };
             let found = node
                 .queue
-                .range(from..)
+                .range(past.map_or(0, |c| c + 1)..)
                 .find(|(_, strand)| fresh(**strand))
                 .map(|(&seq, &strand)| (seq, strand));
             if let Some((seq, strand)) = found {
-                node.prepared = Some(seq);
+                match pass {
+                    Pass::Start => node.cursor = Some(seq),
+                    Pass::Prepare => node.prepared = Some(seq),
+                }
                 return Some(strand);
             }
         }

@@ -302,6 +302,37 @@ pub(crate) struct Ahead {
 }
 
 impl Strand {
+    /// A strand that has run nothing yet: no chain, no wait, no work ahead.
+    pub(crate) fn new(
+        id: StrandId,
+        task: TaskId,
+        claims: ChainRef,
+        owner: Option<ChainKey>,
+        seq: u64,
+        slot: Slot,
+        depth: u32,
+    ) -> Strand {
+        Strand {
+            id,
+            task,
+            stack: Vec::new(),
+            start: None,
+            claims,
+            owner,
+            seq,
+            slot,
+            turns: 0,
+            wait: None,
+            depth,
+            ahead: None,
+            cont: None,
+            started_ahead: false,
+            held: false,
+            zombie: false,
+            physical: Physical::None,
+        }
+    }
+
     /// The running chain.
     pub(crate) fn top(&self) -> Option<&Chain> {
         self.stack.last()

@@ -248,25 +248,16 @@ impl Run {
                 fanout,
             },
         );
-        let mut strand = Box::new(Strand {
-            id: strand_id,
-            task: id.clone(),
-            stack: Vec::new(),
-            start: Some(Box::new(start)),
+        let mut strand = Box::new(Strand::new(
+            strand_id,
+            id.clone(),
             claims,
-            owner: Some(owner_key),
+            Some(owner_key),
             seq,
-            slot: Slot::Queued,
-            turns: 0,
-            wait: None,
+            Slot::Queued,
             depth,
-            ahead: None,
-            cont: None,
-            started_ahead: false,
-            held: false,
-            zombie: false,
-            physical: crate::scheduler::Physical::None,
-        });
+        ));
+        strand.start = Some(Box::new(start));
         self.queue_for_slot(&mut strand);
         self.strands.insert(strand_id, strand);
         self.event(
