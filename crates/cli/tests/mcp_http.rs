@@ -65,8 +65,9 @@ fn requests_from_foreign_origins_are_refused_and_malformed_json_is_a_bad_request
             "mcp",
             "serve",
             ".",
+            // A host name, not only an address (`localhost:0`: a free port on the loopback).
             "--http",
-            "127.0.0.1:0",
+            "localhost:0",
             "--script",
             "none.json",
         ])
