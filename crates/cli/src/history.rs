@@ -278,6 +278,12 @@ impl History {
                         prompt_tokens += usage["prompt_tokens"].as_i64().unwrap_or(0);
                         completion_tokens += usage["completion_tokens"].as_i64().unwrap_or(0);
                     }
+                } else if value.get("uncommitted").and_then(Json::as_str) == Some("model_round") {
+                    // A reply to a round sent ahead and never committed: it cost all the same.
+                    rounds += 1;
+                    let usage = &value["value"]["value"]["usage"];
+                    prompt_tokens += usage["prompt_tokens"].as_i64().unwrap_or(0);
+                    completion_tokens += usage["completion_tokens"].as_i64().unwrap_or(0);
                 } else if let Some(id) = num("withdrawn") {
                     withdraw.execute(params![run_id, id as i64]).map_err(err)?;
                 } else if let Some(step) = num("cancel") {

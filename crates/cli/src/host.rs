@@ -513,6 +513,9 @@ impl Host {
                 if let Some(handle) = in_flight.remove(id) {
                     handle.abort();
                 }
+                if let Some(replay) = &mut self.replay {
+                    replay.withdrawn(*id);
+                }
                 self.progress.round_finished(*id, None);
             }
             if self.terminal.is_some() && !batch.withdrawn.is_empty() {

@@ -278,12 +278,32 @@ impl Recorder {
     pub(crate) fn withdrawn(&mut self, id: EffectId) {
         let id = self.final_id(id);
         if is_provisional(id) {
-            // Issued ahead and never committed: the run never made it.
-            self.ahead.remove(&id);
-            self.answers.remove(&id);
+            // Issued ahead and never committed: the run never made it, but a reply it got
+            // still cost what it cost.
+            self.uncommitted(id);
             return;
         }
         self.line(json!({"withdrawn": id}));
+    }
+
+    /// Drop an effect issued ahead that was never committed; a model reply it got is kept as
+    /// a cost line (`{"uncommitted": "model_round", "value": ...}`), which the history counts
+    /// and a replay skips.
+    fn uncommitted(&mut self, provisional: EffectId) {
+        let effect = self.ahead.remove(&provisional);
+        let answer = self.answers.remove(&provisional);
+        let round = effect
+            .as_ref()
+            .is_some_and(|(request, _, _)| request.starts_with(r#"{"effect":"model_round""#));
+        if let (true, Some((answer, t))) = (round, answer) {
+            self.raw(|out| {
+                writeln!(
+                    out,
+                    r#"{{"uncommitted":"model_round","value":{answer},"t":{t}}}"#
+                )?;
+                Ok(())
+            });
+        }
     }
 
     /// The run was cancelled after it had taken this many answers.
@@ -310,10 +330,17 @@ impl Recorder {
     pub(crate) fn finish(mut self, outcome: &Outcome) -> Result<Written, String> {
         // Answers handed over but never taken (a race's loser, a run that ended first): kept
         // for what they cost, with no place in the order. Never-committed ones are dropped.
-        let mut untaken: Vec<(EffectId, (String, u64))> = std::mem::take(&mut self.answers)
-            .into_iter()
-            .filter(|(id, _)| !is_provisional(*id))
+        let provisional: Vec<EffectId> = self
+            .answers
+            .keys()
+            .copied()
+            .filter(|id| is_provisional(*id))
             .collect();
+        for id in provisional {
+            self.uncommitted(id);
+        }
+        let mut untaken: Vec<(EffectId, (String, u64))> =
+            std::mem::take(&mut self.answers).into_iter().collect();
         untaken.sort_by_key(|(id, _)| *id);
         for (id, (answer, t)) in untaken {
             self.raw(|out| {
@@ -415,7 +442,7 @@ impl Record {
                 record.events.push(event.clone());
             } else if let Some(outcome) = value.get("outcome") {
                 record.outcome = Some(outcome.clone());
-            } else if id("withdrawn").is_none() {
+            } else if id("withdrawn").is_none() && value.get("uncommitted").is_none() {
                 return Err(bad(n, "not a record line"));
             }
         }
@@ -600,6 +627,11 @@ impl Replay {
     /// Whether the record cancelled the run before this step.
     pub(crate) fn cancel_before(&self, steps: u64) -> bool {
         !self.live && self.cancels.contains(&steps)
+    }
+
+    /// The run no longer wants this effect's answer: it is owed nothing for it.
+    pub(crate) fn withdrawn(&mut self, id: EffectId) {
+        self.matched.remove(&id);
     }
 
     /// The oldest effect this run issued (and the record has) that the record holds no

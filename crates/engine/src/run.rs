@@ -195,6 +195,8 @@ pub struct Run {
     ahead_room: bool,
     /// Queued tasks prepared while the Host waits, their work held for a slot.
     held_strands: u32,
+    /// Waiters queued to take their slot back (nothing starts ahead while there are any).
+    requeued: BTreeSet<StrandId>,
 }
 
 impl Run {
@@ -238,6 +240,7 @@ impl Run {
             ahead_issued: Vec::new(),
             ahead_room: false,
             held_strands: 0,
+            requeued: BTreeSet::new(),
         }
     }
 
@@ -492,11 +495,13 @@ impl Run {
     /// Admit queued strands that fit under the concurrency limit.
     pub(crate) fn admit(&mut self) {
         self.admission_dirty = false;
+        self.ahead_room = true;
         for id in self.admission.admit() {
             let Some(strand) = self.strands.get_mut(&id) else {
                 continue;
             };
             strand.slot = Slot::Held;
+            self.requeued.remove(&id);
             let first = strand.start.is_some() || strand.started_ahead;
             strand.started_ahead = false;
             if strand.held {
@@ -532,6 +537,11 @@ impl Run {
     /// Queue a strand for a slot (its first run, or its slot back after a wait).
     pub(crate) fn queue_for_slot(&mut self, strand: &mut Strand) {
         if let Some(owner) = strand.owner {
+            if strand.start.is_none() {
+                // A waiter taking its slot back, at its old place: admission takes it before
+                // anything queued after it, so nothing starts ahead meanwhile.
+                self.requeued.insert(strand.id);
+            }
             strand.slot = Slot::Queued;
             self.admission.enqueue(owner, strand.seq, strand.id);
             self.admission_dirty = true;
@@ -622,7 +632,7 @@ impl Run {
             );
             return true;
         }
-        if !self.ahead_room {
+        if !self.ahead_room || !self.requeued.is_empty() {
             return false;
         }
         self.ahead_room = false;
@@ -873,7 +883,14 @@ impl Run {
             strand.held = false;
             self.held_strands = self.held_strands.saturating_sub(1);
         }
-        self.recount(&mut strand);
+        self.requeued.remove(&strand.id);
+        // Whatever it counted for in fact, it counts for nothing now.
+        if let Some(owner) = strand.owner {
+            self.admission
+                .recount(owner, strand.physical, crate::scheduler::Physical::None);
+        }
+        strand.physical = crate::scheduler::Physical::None;
+        self.ahead_room = true;
         let ahead = strand.ahead.take();
         strand.cont = None;
         match strand.slot {
@@ -991,6 +1008,8 @@ fn physical_of(strand: &Strand) -> crate::scheduler::Physical {
         } else {
             Physical::None
         }
+    } else if strand.slot == Slot::Lent {
+        Physical::Lent
     } else if strand.started_ahead && !strand.held {
         Physical::Ahead
     } else {
@@ -1022,7 +1041,7 @@ fn can_run_ahead(s: &Strand, id: EffectId) -> bool {
 
 /// A strand as others see it now.
 fn view_of(strand: &Strand) -> View {
-    let (section, blocked) = crate::tasks::activity(strand);
+    let (section, blocked) = crate::tasks::running_activity(strand);
     View {
         unstarted: strand.stack.is_empty(),
         section,

@@ -391,6 +391,9 @@ struct Node {
     zombies: u32,
     /// Queued tasks whose strand has physically started ahead of their admission.
     ahead: u32,
+    /// Tasks parked on a wait, their slot given back: each takes one again when its wait
+    /// returns, so a slot they could reclaim is not free in fact.
+    lent: u32,
     /// The spawn sequence of the last of this owner's queued tasks started ahead.
     cursor: Option<u64>,
     /// The spawn sequence of the last of this owner's queued tasks prepared (started with its
@@ -416,6 +419,8 @@ pub(crate) enum Physical {
     Ahead,
     /// Ended ahead of the order: the slot it holds is free in fact.
     Zombie,
+    /// Parked on a wait with its slot given back: it will want one again.
+    Lent,
 }
 
 /// The concurrency limit (chapters 14 and 15): every task holds a slot at its owner chain and
@@ -459,6 +464,7 @@ impl Admission {
                 queue: BTreeMap::new(),
                 zombies: 0,
                 ahead: 0,
+                lent: 0,
                 cursor: None,
                 prepared: None,
             },
@@ -589,11 +595,13 @@ impl Admission {
             match from {
                 Physical::Ahead => node.ahead = node.ahead.saturating_sub(1),
                 Physical::Zombie => node.zombies = node.zombies.saturating_sub(1),
+                Physical::Lent => node.lent = node.lent.saturating_sub(1),
                 Physical::None => {}
             }
             match to {
                 Physical::Ahead => node.ahead += 1,
                 Physical::Zombie => node.zombies += 1,
+                Physical::Lent => node.lent += 1,
                 Physical::None => {}
             }
             next = node.parent;
@@ -601,7 +609,8 @@ impl Admission {
     }
 
     /// Whether a task of `owner` could run in fact now: the slots in use in fact (held, less
-    /// those whose strand ended ahead, plus those started ahead) are under every limit.
+    /// those whose strand ended ahead, plus those started ahead, plus those a parked waiter
+    /// will take back) are under every limit.
     fn has_physical_room(&self, owner: ChainKey) -> bool {
         let mut limit = self.ceiling;
         let path: Vec<&Node> = self.path(owner).map(|(_, node)| node).collect();
@@ -609,7 +618,7 @@ impl Admission {
             if let Some(own) = node.limit {
                 limit = limit.min(own);
             }
-            if (node.active.saturating_sub(node.zombies) + node.ahead) >= limit {
+            if (node.active.saturating_sub(node.zombies) + node.ahead + node.lent) >= limit {
                 return false;
             }
         }
@@ -631,34 +640,52 @@ impl Admission {
         self.next_queued(Pass::Prepare, fresh)
     }
 
-    /// The walk both share: owners in admission order, each queue from past its cursor.
+    /// The walk both share. Starting ahead follows the order admission would: each owner's
+    /// next queued task past its cursor, lowest spawn position first, an owner without room
+    /// skipped whole. Preparing walks the owners in turn (it uses no slot).
     fn next_queued(
         &mut self,
         pass: Pass,
         mut fresh: impl FnMut(StrandId) -> bool,
     ) -> Option<StrandId> {
         let owners: Vec<ChainKey> = self.heads.iter().map(|&(_, owner)| owner).collect();
-        for owner in owners {
-            if pass == Pass::Start && !self.has_physical_room(owner) {
-                continue;
+        if pass == Pass::Start {
+            let mut next: Vec<(u64, ChainKey, StrandId)> = owners
+                .iter()
+                .filter_map(|&owner| {
+                    let node = self.nodes.get(&owner)?;
+                    let from = node.cursor.map_or(0, |c| c + 1);
+                    let (&seq, &strand) = node.queue.range(from..).next()?;
+                    Some((seq, owner, strand))
+                })
+                .collect();
+            next.sort_unstable();
+            for (seq, owner, strand) in next {
+                if !self.has_physical_room(owner) {
+                    continue;
+                }
+                if !fresh(strand) {
+                    return None;
+                }
+                if let Some(node) = self.nodes.get_mut(&owner) {
+                    node.cursor = Some(seq);
+                }
+                return Some(strand);
             }
+            return None;
+        }
+        for owner in owners {
             let Some(node) = self.nodes.get_mut(&owner) else {
                 continue;
             };
-            let past = match pass {
-                Pass::Start => node.cursor,
-                Pass::Prepare => node.cursor.max(node.prepared),
-            };
+            let past = node.cursor.max(node.prepared);
             let found = node
                 .queue
                 .range(past.map_or(0, |c| c + 1)..)
                 .find(|(_, strand)| fresh(**strand))
                 .map(|(&seq, &strand)| (seq, strand));
             if let Some((seq, strand)) = found {
-                match pass {
-                    Pass::Start => node.cursor = Some(seq),
-                    Pass::Prepare => node.prepared = Some(seq),
-                }
+                node.prepared = Some(seq);
                 return Some(strand);
             }
         }

@@ -269,7 +269,8 @@ pub(crate) struct View {
     pub(crate) unstarted: bool,
     /// The section of its own chain's entry.
     pub(crate) section: Option<String>,
-    /// What it waits on.
+    /// What it waits on, as if it held its slot (whether it is queued is read from its slot
+    /// when the view is read).
     pub(crate) blocked: Option<&'static str>,
     /// Its round count.
     pub(crate) turns: u32,

@@ -1030,26 +1030,38 @@ impl StatusView {
 /// what it waits on (`queued`, `chat`, `tool_call`, `store`, `tasks`, `call`).
 /// A strand's activity where the committed order left it (a strand that ran ahead is seen
 /// as it was before its uncommitted work).
+/// The slot is read now (it is the committed order's); the rest where the order left it.
 fn committed_activity(strand: &Strand) -> (Option<String>, Option<&'static str>) {
-    match &strand.ahead {
-        Some(ahead) if ahead.view.unstarted => {
-            let queued = strand.slot == Slot::Queued;
-            (None, queued.then_some("queued"))
-        }
-        Some(ahead) => (ahead.view.section.clone(), ahead.view.blocked),
-        None => activity(strand),
+    let Some(ahead) = &strand.ahead else {
+        return activity(strand);
+    };
+    let view = &ahead.view;
+    let section = if view.unstarted {
+        None
+    } else {
+        view.section.clone()
+    };
+    if strand.slot == Slot::Queued {
+        return (section, Some("queued"));
     }
+    (section, if view.unstarted { None } else { view.blocked })
 }
 
 /// A strand's activity: the section of its own chain's entry and what it waits on.
 pub(crate) fn activity(strand: &Strand) -> (Option<String>, Option<&'static str>) {
+    if strand.slot == Slot::Queued {
+        return (running_activity(strand).0, Some("queued"));
+    }
+    running_activity(strand)
+}
+
+/// A strand's activity as if it held its slot (what a view keeps: the slot is read when
+/// the view is).
+pub(crate) fn running_activity(strand: &Strand) -> (Option<String>, Option<&'static str>) {
     let bottom = strand.stack.first();
     let section = bottom
         .and_then(|c| c.entry.as_ref())
         .map(|e| e.name.clone());
-    if strand.slot == Slot::Queued {
-        return (section, Some("queued"));
-    }
     let Some(bottom) = bottom else {
         return (None, None);
     };

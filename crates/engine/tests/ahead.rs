@@ -254,3 +254,40 @@ fn the_prompt_wide_default_set_late_is_seen_where_the_order_says() {
         );
     }
 }
+
+#[test]
+fn status_reads_of_a_task_admitted_after_it_ran_ahead() {
+    // A task queued behind a limit of 2 starts ahead when an earlier one ends early, runs on
+    // through rounds of its own, and is admitted later; status reads before and after its
+    // admission see what the committed order makes of it.
+    let source = header(
+        DEFAULT,
+        "## Main\n\n```lua\nlocal a = tasks.spawn('### One')\nlocal b = tasks.spawn('### One')\nlocal c = tasks.spawn('### Three')\nlocal function seen(t)\n  local s = tasks.status(t)\n  return tostring(s.blocked) .. ',' .. tostring(s.section) .. ',' .. s.turns .. ',' .. s.state\nend\nlocal before = seen(c)\nlocal m = models.infer('m1')\nlocal mid = seen(c)\ntasks.join({ a })\nlocal m2 = models.infer('m2')\nlocal after = seen(c)\nlocal m3 = models.infer('m3')\nlocal later = seen(c)\ntasks.join({ b, c })\nreturn before .. '|' .. mid .. '|' .. after .. '|' .. later\n```\n\n### One\n\n```lua\nreturn models.infer('one ' .. sys.taskid)\n```\n\n### Three\n\n```lua\nlocal x = models.infer('t1')\nlocal y = models.infer('t2 ' .. x)\nreturn models.infer('t3 ' .. y)\n```\n",
+    );
+    for limit in [1, 2, 3] {
+        let (reference, _) = same_in_every_order(&source, FakeHarness::default, limit);
+        assert!(
+            reference.result().contains("|chat,Three,"),
+            "{}",
+            reference.result()
+        );
+    }
+}
+
+#[test]
+fn a_waiter_taking_its_slot_back_is_never_outrun_by_a_task_started_ahead() {
+    // Under a limit of 1, W waits on T1 (giving its slot back) while Q2 queues behind it.
+    // When T1 ends early, W will take the slot back when its wait returns: Q2 must not start
+    // ahead meanwhile, or two tasks would send rounds under a limit of one.
+    let source = header(
+        DEFAULT,
+        "## Main\n\n```lua\nlocal w = tasks.spawn('### W')\nlocal m = models.infer('main')\nlocal r = tasks.join({ w })\nreturn m .. '|' .. r[1].result\n```\n\n### W\n\n```lua\nlocal t1 = tasks.spawn('#### T', { item = '1' })\nlocal q2 = tasks.spawn('#### T', { item = '2' })\nlocal r = tasks.join({ t1 })\nlocal again = models.infer('w after')\nlocal r2 = tasks.join({ q2 })\nreturn r[1].result .. '+' .. again .. '+' .. r2[1].result\n```\n\n#### T\n\n```lua\nlocal a = models.infer('t' .. item)\nreturn models.infer(a)\n```\n",
+    );
+    for limit in [1, 2] {
+        let (reference, _) = same_in_every_order(&source, FakeHarness::default, limit);
+        assert_eq!(
+            reference.result(),
+            "echo: main|echo: echo: t1+echo: w after+echo: echo: t2"
+        );
+    }
+}
