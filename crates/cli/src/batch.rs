@@ -286,8 +286,14 @@ fn run_one(shared: &Shared, job: &Job) -> ResultLine {
             promptforge_harness::store::place_input_file(&mut store, &decl.path, &file)
                 .map_err(|e| format!("input_file {}: {e}", file.display()))
         }
+        (None, Some(file)) => Err(format!(
+            "input_file {}: this prompt declares no input file to place it as",
+            file.display()
+        )),
         _ => Ok(()),
     };
+    // A file that cannot be placed is this input's fault, not the infrastructure's.
+    let input_fault = placed.is_err();
     let host = placed.and_then(|()| {
         Host::new(
             shared.model.clone(),
@@ -323,7 +329,7 @@ fn run_one(shared: &Shared, job: &Job) -> ResultLine {
                 message,
             )),
             Totals::default(),
-            true,
+            !input_fault,
         ),
     };
     let (status, failures) = match &outcome {
@@ -399,8 +405,14 @@ fn read_results_mending(
                 }
                 done.insert(result.key(), result);
             }
-            Err(_) if !whole => {
-                eprintln!(
+            // Cut short: a result line that ends in the middle (its JSON runs out), not any
+            // other text that happens to lack a newline.
+            Err(e)
+                if !whole
+                    && e.classify() == serde_json::error::Category::Eof
+                    && text.starts_with("{\"index\":") =>
+            {
+                errln!(
                     "note: {}:{n}: the last line is cut short (the batch was stopped while \
                      writing it); it is dropped and its run is done again",
                     path.display()
@@ -434,20 +446,44 @@ fn read_results_mending(
     Ok(done)
 }
 
+/// How many of a batch's runs are missing, and the first few of them (input, repeat).
+type Missing = (u64, Vec<(u64, u32)>);
+
 /// Which runs of the batch the results lack, when their lines say what the batch was
 /// (`(inputs, repeats)` from any line); `None` for results of an older promptforge.
-fn missing_runs(all: &BTreeMap<(u64, u32), ResultLine>) -> Option<Vec<(u64, u32)>> {
+fn missing_runs(all: &BTreeMap<(u64, u32), ResultLine>) -> Option<Result<Missing, String>> {
     let first = all.values().next()?;
     let (inputs, repeats) = (first.inputs?, first.repeats?);
-    let mut missing = Vec::new();
-    for index in 0..inputs {
+    // Slices of one batch agree on what the batch is.
+    if let Some(other) = all
+        .values()
+        .find(|r| r.inputs.is_some_and(|i| i != inputs) || r.repeats.is_some_and(|n| n != repeats))
+    {
+        return Some(Err(format!(
+            "the results are of different batches: one says {inputs} inputs with {repeats} samples each, another {} with {} (an inputs file or --repeat changed between slices)",
+            other.inputs.unwrap_or(0),
+            other.repeats.unwrap_or(0)
+        )));
+    }
+    // Counted, with the first few named (a corrupt count must not build a huge list).
+    let expected = inputs.saturating_mul(u64::from(repeats));
+    let count = expected.saturating_sub(
+        all.keys()
+            .filter(|(index, repeat)| *index < inputs && *repeat < repeats)
+            .count() as u64,
+    );
+    let mut named = Vec::new();
+    'outer: for index in 0..inputs {
         for repeat in 0..repeats {
+            if named.len() >= 5 {
+                break 'outer;
+            }
             if !all.contains_key(&(index, repeat)) {
-                missing.push((index, repeat));
+                named.push((index, repeat));
             }
         }
     }
-    Some(missing)
+    Some(Ok((count, named)))
 }
 
 /// Counts for the summary.
@@ -598,7 +634,7 @@ pub fn batch(args: &BatchArgs, ui: Ui) -> ExitCode {
     match batch_inner(args, ui) {
         Ok(code) => code,
         Err(message) => {
-            eprintln!("error: {message}");
+            errln!("error: {message}");
             ExitCode::from(2)
         }
     }
@@ -616,7 +652,7 @@ fn batch_inner(args: &BatchArgs, ui: Ui) -> Result<ExitCode, String> {
     let prompt = Prompt::parse(&text)
         .map_err(|err| crate::source::parse_failure_line(&args.prompt, &err))?;
     if let Some(decl) = &prompt.frontmatter.input {
-        eprintln!(
+        errln!(
             "note: this prompt reads the input file `{}`: each input line may name one with \
              `input_file` (a path from the inputs file's folder); inputs without one run without it",
             decl.path
@@ -654,7 +690,7 @@ fn batch_inner(args: &BatchArgs, ui: Ui) -> Result<ExitCode, String> {
     {
         let cancel = cancel.clone();
         if let Err(e) = ctrlc::set_handler(move || cancel.store(true, Ordering::Relaxed)) {
-            eprintln!("warning: cannot install the Ctrl-C handler: {e}");
+            errln!("warning: cannot install the Ctrl-C handler: {e}");
         }
     }
     // One runtime for the whole batch: runs share the model provider, and its pooled
@@ -866,7 +902,7 @@ fn batch_inner(args: &BatchArgs, ui: Ui) -> Result<ExitCode, String> {
         return Ok(ExitCode::SUCCESS);
     }
     if cancel.load(Ordering::Relaxed) {
-        eprintln!("cancelled: the results so far are written; --resume continues");
+        errln!("cancelled: the results so far are written; --resume continues");
         return Ok(ExitCode::from(130));
     }
     Ok(exit_code(&tally, args.repeat, args.pass_rate))
@@ -918,7 +954,7 @@ pub fn merge(args: &MergeArgs) -> ExitCode {
         let results = match read_results(file) {
             Ok(results) => results,
             Err(message) => {
-                eprintln!("error: {message}");
+                errln!("error: {message}");
                 return ExitCode::from(2);
             }
         };
@@ -928,7 +964,7 @@ pub fn merge(args: &MergeArgs) -> ExitCode {
                 slices.insert(slice);
             }
             if all.insert(key, result).is_some() {
-                eprintln!(
+                errln!(
                     "error: input {} repeat {} appears in more than one file ({} is one); \
                      were two shards given the same I/N?",
                     key.0,
@@ -939,25 +975,35 @@ pub fn merge(args: &MergeArgs) -> ExitCode {
             }
         }
     }
-    if let Some(missing) = missing_runs(&all)
-        && !missing.is_empty()
-    {
+    let missing = match missing_runs(&all) {
+        Some(Err(message)) => {
+            errln!("error: {message}");
+            return ExitCode::from(2);
+        }
+        Some(Ok((count, named))) if count > 0 => Some((count, named)),
+        _ => None,
+    };
+    if let Some((count, missing)) = missing {
         let slices: Vec<&str> = slices.iter().map(String::as_str).collect();
         let shown: Vec<String> = missing
             .iter()
             .take(5)
             .map(|(index, repeat)| format!("input {index} repeat {repeat}"))
             .collect();
-        let more = if missing.len() > 5 { ", ..." } else { "" };
+        let more = if count > missing.len() as u64 {
+            ", ..."
+        } else {
+            ""
+        };
         let slices = if slices.is_empty() {
             String::new()
         } else {
             format!(" (slices given: {})", slices.join(", "))
         };
-        eprintln!(
+        errln!(
             "error: the results are incomplete: {} of the batch's runs are missing ({}{more}){slices}; \
              merge every slice's results, or run `batch --resume` on the slice that lacks them",
-            missing.len(),
+            count,
             shown.join(", ")
         );
         return ExitCode::from(2);
@@ -973,7 +1019,7 @@ pub fn merge(args: &MergeArgs) -> ExitCode {
         }
     };
     if let Err(message) = written {
-        eprintln!("error: {message}");
+        errln!("error: {message}");
         return ExitCode::from(2);
     }
     let mut tally = Tally::default();

@@ -148,7 +148,7 @@ pub fn check(args: &CheckArgs) -> ExitCode {
         match serde_json::to_string_pretty(&reports) {
             Ok(text) => outln!("{text}"),
             Err(e) => {
-                eprintln!("error: cannot encode the report: {e}");
+                errln!("error: cannot encode the report: {e}");
                 return ExitCode::from(1);
             }
         }

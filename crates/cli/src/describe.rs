@@ -235,7 +235,7 @@ pub fn describe(args: &DescribeArgs) -> ExitCode {
     let description = match load(&args.prompt) {
         Ok(d) => d,
         Err(message) => {
-            eprintln!("error: {message}");
+            errln!("error: {message}");
             return ExitCode::from(1);
         }
     };
@@ -243,7 +243,7 @@ pub fn describe(args: &DescribeArgs) -> ExitCode {
         match serde_json::to_string_pretty(&description) {
             Ok(text) => outln!("{text}"),
             Err(e) => {
-                eprintln!("error: cannot encode the description: {e}");
+                errln!("error: cannot encode the description: {e}");
                 return ExitCode::from(1);
             }
         }

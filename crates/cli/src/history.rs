@@ -51,6 +51,8 @@ fn cap_bytes() -> u64 {
 #[derive(Debug)]
 pub(crate) struct History {
     conn: Connection,
+    /// The private copy a read-only history is read from, removed after the connection.
+    _copy: Option<tempfile::TempDir>,
 }
 
 fn sql_error(path: &Path) -> impl Fn(rusqlite::Error) -> String + '_ {
@@ -138,36 +140,42 @@ impl History {
             conn.execute_batch("ALTER TABLE effects ADD COLUMN task TEXT;")
                 .map_err(&err)?;
         }
-        Ok(History { conn })
+        Ok(History { conn, _copy: None })
     }
 
     /// Open an existing database only to read it. Reading needs no write: a history in a
-    /// read-only folder is still listed, shown and exported. When the normal open fails
-    /// (SQLite could not create the write-ahead index beside the file), the file is opened
-    /// read-only as a file nothing else changes meanwhile.
+    /// folder this process cannot write to is still listed, shown and exported. When the
+    /// normal open fails, the file is opened read-only; when SQLite cannot even read it in
+    /// place (its write-ahead index cannot be made there), a copy of the database and its
+    /// write-ahead log (where the newest runs are) is read instead.
     pub(crate) fn open_read(path: &Path) -> Result<History, String> {
         let first = match History::open(path) {
             Ok(history) => return Ok(history),
             Err(e) => e,
         };
-        let escaped: String = path
-            .display()
-            .to_string()
-            .chars()
-            .map(|c| match c {
-                '%' => "%25".to_owned(),
-                '?' => "%3f".to_owned(),
-                '#' => "%23".to_owned(),
-                c => c.to_string(),
-            })
-            .collect();
-        let flags =
-            rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY | rusqlite::OpenFlags::SQLITE_OPEN_URI;
-        let conn = Connection::open_with_flags(format!("file:{escaped}?immutable=1"), flags)
-            .map_err(|_| first.clone())?;
-        conn.query_row("SELECT COUNT(*) FROM runs", [], |r| r.get::<_, i64>(0))
-            .map_err(|_| first)?;
-        Ok(History { conn })
+        let readable = |conn: Connection| -> Option<History> {
+            conn.query_row("SELECT COUNT(*) FROM runs", [], |r| r.get::<_, i64>(0))
+                .ok()
+                .map(|_| History { conn, _copy: None })
+        };
+        if let Ok(conn) =
+            Connection::open_with_flags(path, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY)
+            && let Some(history) = readable(conn)
+        {
+            return Ok(history);
+        }
+        // A private copy: SQLite recovers the log into it as it opens it.
+        let dir = tempfile::tempdir().map_err(|_| first.clone())?;
+        let copy = dir.path().join("history.sqlite3");
+        std::fs::copy(path, &copy).map_err(|_| first.clone())?;
+        let wal = PathBuf::from(format!("{}-wal", path.display()));
+        if wal.is_file() {
+            std::fs::copy(&wal, format!("{}-wal", copy.display())).map_err(|_| first.clone())?;
+        }
+        let conn = Connection::open(&copy).map_err(|_| first.clone())?;
+        let mut history = readable(conn).ok_or(first)?;
+        history._copy = Some(dir);
+        Ok(history)
     }
 
     /// Keep a run: its record (as `run --record` writes it) and how long it took. The
@@ -555,7 +563,7 @@ pub fn runs(args: &RunsArgs) -> ExitCode {
     match runs_inner(args) {
         Ok(()) => ExitCode::SUCCESS,
         Err(message) => {
-            eprintln!("error: {message}");
+            errln!("error: {message}");
             ExitCode::from(1)
         }
     }

@@ -866,7 +866,10 @@ fn spawn_terminal(
             {
                 continue;
             }
-            eprint!("> ");
+            {
+                use std::io::Write as _;
+                let _ = write!(std::io::stderr(), "> ");
+            }
             let _ = std::io::stderr().flush();
             let mut line = String::new();
             let answer = match std::io::stdin().lock().read_line(&mut line) {

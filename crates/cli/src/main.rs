@@ -10,6 +10,19 @@ macro_rules! out {
     ($($arg:tt)*) => { $crate::ui::out(format_args!($($arg)*)) };
 }
 
+/// `eprintln!` that never panics: stderr may be a closed pipe or a terminal that hung up (a
+/// SIGHUP's run must still reach the history after it says `cancelled`).
+macro_rules! errln {
+    () => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stderr());
+    }};
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stderr(), $($arg)*);
+    }};
+}
+
 /// `println!` to stdout that never panics: see [`ui::out`].
 macro_rules! outln {
     () => { $crate::ui::out(format_args!("\n")) };

@@ -121,7 +121,7 @@ pub fn mcp(args: &McpArgs) -> ExitCode {
     match result {
         Ok(code) => code,
         Err(message) => {
-            eprintln!("error: {message}");
+            errln!("error: {message}");
             ExitCode::from(2)
         }
     }
@@ -251,7 +251,7 @@ fn scan(dirs: &[PathBuf], told: &Mutex<std::collections::BTreeSet<String>>) -> L
     let library = scan_quietly(dirs, &mut problems);
     let mut told = told.lock().unwrap_or_else(|e| e.into_inner());
     for problem in problems.difference(&told) {
-        eprintln!("promptforge mcp: skipped {problem}");
+        errln!("promptforge mcp: skipped {problem}");
     }
     *told = problems;
     library
@@ -551,20 +551,14 @@ impl CallAdmission {
         &self,
         ct: &tokio_util::sync::CancellationToken,
     ) -> Result<Option<Turn>, String> {
-        let resident = (self.resident)();
-        if resident > self.budget_bytes {
-            return Err(format!(
-                "the server is busy: it uses {} MB, over its memory budget of {} MB (--memory-mb); try again when running calls finish",
-                resident / (1024 * 1024),
-                self.budget_bytes / (1024 * 1024)
-            ));
-        }
+        self.within_budget()?;
         if let Ok(permit) = self.slots.clone().try_acquire_owned() {
             return Ok(Some(Turn(permit)));
         }
         let queued = self.waiting.fetch_add(1, Ordering::SeqCst);
+        // Counted out however this ends, the future dropped mid-wait included.
+        let _queued = Waiting(&self.waiting);
         if queued >= self.max_waiting {
-            self.waiting.fetch_sub(1, Ordering::SeqCst);
             return Err(format!(
                 "the server is busy: {} calls are running and {queued} waiting (--max-runs, --max-waiting); try again later",
                 self.max_runs
@@ -574,8 +568,35 @@ impl CallAdmission {
             permit = self.slots.clone().acquire_owned() => permit.ok().map(Turn),
             () = ct.cancelled() => None,
         };
-        self.waiting.fetch_sub(1, Ordering::SeqCst);
+        if turn.is_some() {
+            // The memory may have grown while this call waited.
+            self.within_budget()?;
+        }
         Ok(turn)
+    }
+
+    /// Refuse a new call while the process is over its memory budget, unless no call runs
+    /// (memory the allocator keeps after a spike must not refuse every call for ever).
+    fn within_budget(&self) -> Result<(), String> {
+        let running = self.max_runs as usize - self.slots.available_permits();
+        let resident = (self.resident)();
+        if resident > self.budget_bytes && running > 0 {
+            return Err(format!(
+                "the server is busy: it uses {} MB, over its memory budget of {} MB (--memory-mb); try again when running calls finish",
+                resident / (1024 * 1024),
+                self.budget_bytes / (1024 * 1024)
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// One call counted as waiting for a turn, until dropped.
+struct Waiting<'a>(&'a std::sync::atomic::AtomicU32);
+
+impl Drop for Waiting<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
     }
 }
 
@@ -1006,7 +1027,9 @@ fn serve(args: &ServeArgs) -> Result<ExitCode, String> {
     }
     let token = match &args.token_env {
         Some(var) => match std::env::var(var) {
-            Ok(token) if !token.trim().is_empty() => Some(token),
+            // Header values lose surrounding white space on the way: compare the trimmed
+            // token (a CRLF .env file leaves a `\r`).
+            Ok(token) if !token.trim().is_empty() => Some(token.trim().to_owned()),
             Ok(token) if !token.is_empty() => {
                 return Err(format!(
                     "--token-env {var}: the token is only white space; set it to a secret"
@@ -1033,7 +1056,7 @@ fn serve(args: &ServeArgs) -> Result<ExitCode, String> {
     let servers = match config.catalog() {
         Ok(catalog) => catalog.mcp_servers().clone(),
         Err(e) => {
-            eprintln!(
+            errln!(
                 "promptforge mcp: warning: {e}; prompts that bind an MCP server (mcp/NAME) will find none"
             );
             Default::default()
@@ -1063,7 +1086,7 @@ fn serve(args: &ServeArgs) -> Result<ExitCode, String> {
         tokio::spawn(watch(server.clone()));
         let served = match http {
             None => {
-                eprintln!(
+                errln!(
                     "promptforge mcp: serving {} over stdio",
                     crate::ui::plural(count as u64, "prompt")
                 );
@@ -1107,16 +1130,50 @@ fn http_address(text: &str) -> Result<SocketAddr, String> {
         .ok_or_else(|| bad(format!("{host} has no address")))
 }
 
+/// Ctrl-C, SIGTERM (`systemctl stop`, `docker stop`, Kubernetes) or SIGHUP: the server stops
+/// as it does on Ctrl-C.
+async fn stop_signal() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        match (
+            signal(SignalKind::terminate()),
+            signal(SignalKind::hangup()),
+        ) {
+            (Ok(mut term), Ok(mut hup)) => {
+                tokio::select! {
+                    _ = tokio::signal::ctrl_c() => {}
+                    _ = term.recv() => {}
+                    _ = hup.recv() => {}
+                }
+            }
+            _ => {
+                let _ = tokio::signal::ctrl_c().await;
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = tokio::signal::ctrl_c().await;
+    }
+}
+
 async fn serve_stdio(server: PromptServer) -> Result<(), String> {
     let running = server
         .serve(rmcp::transport::stdio())
         .await
         .map_err(|e| format!("the MCP client did not connect: {e}"))?;
-    running
-        .waiting()
-        .await
-        .map(|_| ())
-        .map_err(|e| format!("the MCP connection failed: {e}"))
+    let cancel = running.cancellation_token();
+    tokio::select! {
+        done = running.waiting() => done
+            .map(|_| ())
+            .map_err(|e| format!("the MCP connection failed: {e}")),
+        () = stop_signal() => {
+            // Calls in flight are cancelled through their requests, and end as cancelled.
+            cancel.cancel();
+            Ok(())
+        }
+    }
 }
 
 async fn serve_http(
@@ -1166,13 +1223,13 @@ async fn serve_http(
         .unwrap_or_else(|e| e.into_inner())
         .entries
         .len();
-    eprintln!(
+    errln!(
         "promptforge mcp: serving {} at http://{bound}/mcp",
         crate::ui::plural(count as u64, "prompt")
     );
     axum::serve(listener, app)
         .with_graceful_shutdown(async {
-            let _ = tokio::signal::ctrl_c().await;
+            stop_signal().await;
         })
         .await
         .map_err(|e| format!("the HTTP server failed: {e}"))
@@ -1399,9 +1456,12 @@ mod tests {
         cancelled.cancel();
         assert!(admission.enter(&cancelled).await.unwrap().is_none());
         assert_eq!(admission.waiting.load(Ordering::SeqCst), 0);
-        // Over the memory budget, no new call starts.
+        // Over the memory budget, no new call starts while one runs; with none running, one
+        // may (memory the allocator kept must not refuse every call for ever).
         let mut heavy = CallAdmission::new(8, 8, 100);
         heavy.resident = || 300 * 1024 * 1024;
+        let alone = heavy.enter(&ct).await.unwrap();
+        assert!(alone.is_some(), "nothing runs: the call is admitted");
         let refused = heavy.enter(&ct).await.unwrap_err();
         assert!(
             refused.starts_with(

@@ -16,14 +16,14 @@ pub fn models(args: &ModelsArgs) -> ExitCode {
     let cwd = match std::env::current_dir() {
         Ok(cwd) => cwd,
         Err(e) => {
-            eprintln!("error: cannot read the working directory: {e}");
+            errln!("error: cannot read the working directory: {e}");
             return ExitCode::from(2);
         }
     };
     let catalog = match Catalog::load_standard(&cwd) {
         Ok(catalog) => catalog,
         Err(e) => {
-            eprintln!("error: {e}");
+            errln!("error: {e}");
             return ExitCode::from(1);
         }
     };
@@ -69,7 +69,7 @@ pub fn models(args: &ModelsArgs) -> ExitCode {
         match serde_json::to_string_pretty(&report) {
             Ok(text) => outln!("{text}"),
             Err(e) => {
-                eprintln!("error: {e}");
+                errln!("error: {e}");
                 return ExitCode::from(1);
             }
         }

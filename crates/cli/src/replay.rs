@@ -59,7 +59,7 @@ pub fn replay(args: &ReplayArgs, _ui: Ui) -> ExitCode {
     match replay_inner(args) {
         Ok(code) => code,
         Err(message) => {
-            eprintln!("error: {message}");
+            errln!("error: {message}");
             ExitCode::from(2)
         }
     }
@@ -88,7 +88,7 @@ fn replay_inner(args: &ReplayArgs) -> Result<ExitCode, String> {
         ),
     })?;
     if args.prompt.is_none() && sha256_hex(&text) != header.prompt.sha256 {
-        eprintln!(
+        errln!(
             "note: {} changed since it was recorded (its SHA-256 differs); replaying it as it is now",
             prompt_path.display()
         );
@@ -156,11 +156,11 @@ fn replay_inner(args: &ReplayArgs) -> Result<ExitCode, String> {
     let outcome_value = serde_json::to_value(outcome_json(&outcome)).unwrap_or(Json::Null);
 
     if let Some(divergence) = host.divergence() {
-        eprintln!("{}", divergence.report(&args.record, &prompt_path));
+        errln!("{}", divergence.report(&args.record, &prompt_path));
         if !args.then_live {
             return Ok(ExitCode::from(3));
         }
-        eprintln!(
+        errln!(
             "replay: answered from the record up to effect {}, live from there",
             divergence.effect
         );
@@ -181,11 +181,11 @@ fn settle(
     print_outcome(args, outcome);
     match compare(record, events, value) {
         Some(difference) => {
-            eprintln!("replay: not identical to the record: {difference}");
+            errln!("replay: not identical to the record: {difference}");
             ExitCode::from(3)
         }
         None => {
-            eprintln!(
+            errln!(
                 "replay: identical to the record ({} effects, {} events)",
                 record.requests.len(),
                 events.len()
@@ -200,13 +200,13 @@ fn print_outcome(args: &ReplayArgs, outcome: &Outcome) {
         // The same bytes `run --json` prints.
         match serde_json::to_string(&outcome_json(outcome)) {
             Ok(line) => outln!("{line}"),
-            Err(e) => eprintln!("error: cannot encode the outcome: {e}"),
+            Err(e) => errln!("error: cannot encode the outcome: {e}"),
         }
         return;
     }
     match outcome {
         Outcome::Completed(result) => out!("{result}"),
-        Outcome::Cancelled => eprintln!("cancelled"),
-        Outcome::Failed(err) => eprintln!("error[{}]: {}", err.kind, err.message),
+        Outcome::Cancelled => errln!("cancelled"),
+        Outcome::Failed(err) => errln!("error[{}]: {}", err.kind, err.message),
     }
 }

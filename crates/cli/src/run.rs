@@ -530,7 +530,7 @@ fn execute(
     let (mut store, dir) = match open_store(args.store.as_deref()) {
         Ok(store) => store,
         Err(detail) => {
-            eprintln!("error: {detail}");
+            errln!("error: {detail}");
             return Ok(finished(Outcome::Failed(RunError::new(
                 RunErrorKind::Vfs,
                 "store operation failed",
@@ -819,7 +819,7 @@ fn report(args: &RunArgs, finished: &Finished, verbose: u8) -> ExitCode {
         match serde_json::to_string(&outcome_json(outcome)) {
             Ok(line) => outln!("{line}"),
             Err(e) => {
-                eprintln!("error: cannot encode the outcome: {e}");
+                errln!("error: cannot encode the outcome: {e}");
                 return ExitCode::from(1);
             }
         }
@@ -827,12 +827,12 @@ fn report(args: &RunArgs, finished: &Finished, verbose: u8) -> ExitCode {
         // beyond it (the URL tried, the variable it came from) still goes to stderr.
         if matches!(outcome, Outcome::Failed(_)) {
             for hint in hints(finished) {
-                eprintln!("hint: {}", promptforge_harness::secrets::redact(&hint));
+                errln!("hint: {}", promptforge_harness::secrets::redact(&hint));
             }
         }
     } else {
         if let Some(summary) = &finished.summary {
-            eprintln!("{summary}");
+            errln!("{summary}");
         }
         match outcome {
             Outcome::Completed(result) => {
@@ -843,29 +843,29 @@ fn report(args: &RunArgs, finished: &Finished, verbose: u8) -> ExitCode {
                     out!("{result}");
                 }
             }
-            Outcome::Cancelled => eprintln!("cancelled"),
+            Outcome::Cancelled => errln!("cancelled"),
             Outcome::Failed(err) => {
                 let kind = match err.parse_kind {
                     Some(parse_kind) => format!("{}/{parse_kind}", err.kind),
                     None => err.kind.to_string(),
                 };
-                eprintln!(
+                errln!(
                     "error[{kind}]: {}",
                     promptforge_harness::secrets::redact(&err.message)
                 );
                 if let Some(line) = err.line {
-                    eprintln!(
+                    errln!(
                         "  --> {}:{line}:{}",
                         args.prompt_path().display(),
                         err.column.unwrap_or(1)
                     );
                 }
                 for hint in hints(finished) {
-                    eprintln!("hint: {}", promptforge_harness::secrets::redact(&hint));
+                    errln!("hint: {}", promptforge_harness::secrets::redact(&hint));
                 }
                 match (&err.traceback, verbose) {
-                    (Some(traceback), 1..) => eprintln!("{traceback}"),
-                    (Some(_), 0) => eprintln!("(-v shows the Lua traceback)"),
+                    (Some(traceback), 1..) => errln!("{traceback}"),
+                    (Some(_), 0) => errln!("(-v shows the Lua traceback)"),
                     (None, _) => {}
                 }
             }
@@ -904,7 +904,7 @@ fn cancel_watchdog(finished: &AtomicBool, json: bool) {
     if json {
         outln!(r#"{{"outcome":"cancelled"}}"#);
     } else {
-        eprintln!("cancelled");
+        errln!("cancelled");
     }
     std::process::exit(130);
 }
@@ -924,7 +924,7 @@ fn prompt_help(args: &RunArgs) -> ExitCode {
     if let Some(path) = &args.prompt {
         match crate::describe::load(path) {
             Ok(description) => outln!("{}\n", description.text("")),
-            Err(message) => eprintln!("error: {message}\n"),
+            Err(message) => errln!("error: {message}\n"),
         }
     }
     let mut command = crate::Cli::command();
@@ -944,7 +944,7 @@ pub fn run(args: &RunArgs, ui: Ui) -> ExitCode {
     let text = match read_prompt(args.prompt_path()) {
         Ok(text) => text,
         Err(message) => {
-            eprintln!("error: {message}");
+            errln!("error: {message}");
             return ExitCode::from(2);
         }
     };
@@ -952,7 +952,7 @@ pub fn run(args: &RunArgs, ui: Ui) -> ExitCode {
     let ctx = match context(args, cancel.clone()) {
         Ok(ctx) => ctx,
         Err(message) => {
-            eprintln!("error: {message}");
+            errln!("error: {message}");
             return ExitCode::from(2);
         }
     };
@@ -967,7 +967,7 @@ pub fn run(args: &RunArgs, ui: Ui) -> ExitCode {
         let _ = wake.send(HostMessage::Wake);
         cancel_watchdog(&done, json);
     }) {
-        eprintln!("warning: cannot install the Ctrl-C handler: {e}");
+        errln!("warning: cannot install the Ctrl-C handler: {e}");
     }
     let outcome = execute(args, &text, ctx, &ui, (tx, rx));
     // Holding the gate while the outcome is reported: the watchdog either ended the process
@@ -985,7 +985,7 @@ pub fn run(args: &RunArgs, ui: Ui) -> ExitCode {
                 && let Some(failed) = record.keep()
             {
                 // The record the user asked for is not there: that is a failure.
-                eprintln!("error: {failed}");
+                errln!("error: {failed}");
                 return if code == ExitCode::SUCCESS {
                     ExitCode::FAILURE
                 } else {
@@ -995,7 +995,7 @@ pub fn run(args: &RunArgs, ui: Ui) -> ExitCode {
             code
         }
         Err(message) => {
-            eprintln!("error: {message}");
+            errln!("error: {message}");
             ExitCode::from(2)
         }
     }

@@ -49,7 +49,7 @@ pub(crate) fn stdout_failed(e: &std::io::Error) {
     }
     if e.kind() != std::io::ErrorKind::BrokenPipe {
         STDOUT_FAILED.store(true, Ordering::Relaxed);
-        eprintln!("error: cannot write to standard output: {e}");
+        errln!("error: cannot write to standard output: {e}");
     }
 }
 
@@ -102,10 +102,10 @@ pub(crate) fn print_line(text: &str) {
     match SCREEN.get() {
         Some(multi) => {
             if multi.println(text).is_err() {
-                eprintln!("{text}");
+                errln!("{text}");
             }
         }
-        None => eprintln!("{text}"),
+        None => errln!("{text}"),
     }
 }
 

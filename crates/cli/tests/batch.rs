@@ -483,3 +483,18 @@ fn a_prompt_that_reads_an_input_file_runs_without_one_and_each_batch_input_bring
         .collect();
     assert_eq!(got, ["paper: A", "paper: B", "no paper"]);
 }
+
+#[test]
+fn resume_never_cuts_a_file_that_is_not_results() {
+    let (server, _) = server();
+    let dir = setup("{\"args\": \"a\"}\n");
+    // Notes with no final newline are not a torn result: --resume refuses them untouched.
+    std::fs::write(dir.path().join("notes.txt"), "my notes, no newline").unwrap();
+    let (code, stderr) = batch(dir.path(), &server, &["--out", "notes.txt", "--resume"]);
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(stderr.contains("not a batch result line"), "{stderr}");
+    assert_eq!(
+        std::fs::read_to_string(dir.path().join("notes.txt")).unwrap(),
+        "my notes, no newline"
+    );
+}

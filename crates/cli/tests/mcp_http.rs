@@ -229,3 +229,33 @@ fn a_client_that_vanishes_has_its_calls_stopped_after_the_idle_timeout() {
     let _ = child.wait();
     assert!(stopped, "the vanished client's call was never stopped");
 }
+
+#[test]
+fn sigterm_stops_the_server_as_ctrl_c_does() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("hello.md"), PROMPT).unwrap();
+    let mut child = promptforge(dir.path())
+        .args(["mcp", "serve", ".", "--http", "127.0.0.1:0"])
+        .stderr(Stdio::piped())
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    let _ = served_address(&mut child);
+    let sent = std::process::Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(sent.success());
+    let began = std::time::Instant::now();
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        assert!(
+            began.elapsed() < std::time::Duration::from_secs(10),
+            "the server did not stop on SIGTERM"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    assert_eq!(status.code(), Some(0), "{status:?}");
+}
