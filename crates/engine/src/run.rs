@@ -497,41 +497,49 @@ impl Run {
         self.admission_dirty = false;
         self.ahead_room = true;
         for id in self.admission.admit() {
-            let Some(strand) = self.strands.get_mut(&id) else {
+            let Some(mut strand) = self.strands.remove(&id) else {
                 continue;
             };
             strand.slot = Slot::Held;
             self.requeued.remove(&id);
             let first = strand.start.is_some() || strand.started_ahead;
             strand.started_ahead = false;
-            if strand.held {
-                // Prepared while the Host waited: its slot is here, so its work goes out.
-                strand.held = false;
-                self.held_strands = self.held_strands.saturating_sub(1);
+            // Prepared while the Host waited: its slot is here, so its work goes out.
+            if self.unhold(&mut strand) {
                 self.effects.release(id);
             }
-            let task = strand.task.clone();
-            let to = physical_of(strand);
-            let (owner, from) = (strand.owner, strand.physical);
-            strand.physical = to;
-            if let Some(owner) = owner {
-                self.admission.recount(owner, from, to);
-            }
+            self.recount(&mut strand);
             if first {
-                self.event(&task, EventKind::TaskStarted);
+                self.event(&strand.task, EventKind::TaskStarted);
             }
+            self.strands.insert(id, strand);
             self.runnable.insert(id);
         }
     }
 
     /// Bring a strand's count in the physical tally up to date.
     pub(crate) fn recount(&mut self, strand: &mut Strand) {
-        let to = physical_of(strand);
+        self.set_physical(strand, physical_of(strand));
+    }
+
+    /// Make a strand count for `to` in the physical tally.
+    fn set_physical(&mut self, strand: &mut Strand, to: crate::scheduler::Physical) {
         if let Some(owner) = strand.owner {
             self.admission.recount(owner, strand.physical, to);
         }
         strand.physical = to;
         self.ahead_room = true;
+    }
+
+    /// A prepared strand's work is no longer held back; whether it was prepared (its held
+    /// effects are for the caller to release or withdraw).
+    fn unhold(&mut self, strand: &mut Strand) -> bool {
+        if !strand.held {
+            return false;
+        }
+        strand.held = false;
+        self.held_strands = self.held_strands.saturating_sub(1);
+        true
     }
 
     /// Queue a strand for a slot (its first run, or its slot back after a wait).
@@ -623,8 +631,7 @@ impl Run {
             !runnable.contains(&sid) && strands.get(&sid).is_some_and(|s| can_run_ahead(s, id))
         });
         if let Some(ready) = ready {
-            let replied = ready.work == Work::Chat
-                && matches!(&ready.answer, Answer::Value(v) if v.get("overflow").is_none());
+            let replied = is_reply(ready.work, &ready.answer);
             self.advance_ahead(
                 ready.strand,
                 Trigger::Effect(ready.id),
@@ -645,18 +652,16 @@ impl Run {
         let Some(sid) = fresh else {
             return false;
         };
-        match self.strands.get_mut(&sid) {
-            Some(strand) if strand.held => {
-                // Prepared already: its held work goes out now.
-                strand.held = false;
-                self.held_strands = self.held_strands.saturating_sub(1);
+        if self.strands.get(&sid).is_some_and(|s| s.held) {
+            // Prepared already: its held work goes out now.
+            if let Some(mut strand) = self.strands.remove(&sid) {
+                self.unhold(&mut strand);
                 self.effects.release(sid);
-                if let Some(mut strand) = self.strands.remove(&sid) {
-                    self.recount(&mut strand);
-                    self.strands.insert(sid, strand);
-                }
+                self.recount(&mut strand);
+                self.strands.insert(sid, strand);
             }
-            _ => self.advance_ahead(sid, Trigger::Admission, None),
+        } else {
+            self.advance_ahead(sid, Trigger::Admission, None);
         }
         true
     }
@@ -841,8 +846,7 @@ impl Run {
         if !matches!(entry.waiting, Some(Wait::Effect(id, _)) if id == delivered.id) {
             return;
         }
-        let replied = delivered.work == Work::Chat
-            && matches!(&answer, Answer::Value(v) if v.get("overflow").is_none());
+        let replied = is_reply(delivered.work, &answer);
         entry.answer_with(answer);
         if replied {
             strand.turns += 1;
@@ -879,18 +883,11 @@ impl Run {
         self.runnable.remove(&strand.id);
         strand.zombie = false;
         strand.started_ahead = false;
-        if strand.held {
-            strand.held = false;
-            self.held_strands = self.held_strands.saturating_sub(1);
-        }
+        // Its held effects, if any, are withdrawn with its segments below.
+        self.unhold(&mut strand);
         self.requeued.remove(&strand.id);
         // Whatever it counted for in fact, it counts for nothing now.
-        if let Some(owner) = strand.owner {
-            self.admission
-                .recount(owner, strand.physical, crate::scheduler::Physical::None);
-        }
-        strand.physical = crate::scheduler::Physical::None;
-        self.ahead_room = true;
+        self.set_physical(&mut strand, crate::scheduler::Physical::None);
         let ahead = strand.ahead.take();
         strand.cont = None;
         match strand.slot {
@@ -926,10 +923,9 @@ impl Run {
                 }
                 self.admission.remove_chain(chain.key);
             }
-            if !ahead.view.unstarted {
-                for name in ahead.view.entries.iter().rev().flatten() {
-                    self.teardown(&task, name);
-                }
+            // A task that had not started where the order left it has no entries to tear down.
+            for name in ahead.view.entries.iter().rev().flatten() {
+                self.teardown(&task, name);
             }
             return;
         }
@@ -1039,11 +1035,16 @@ fn can_run_ahead(s: &Strand, id: EffectId) -> bool {
         && matches!(entry.waiting, Some(Wait::Effect(waited, _)) if waited == id)
 }
 
-/// A strand as others see it now.
+/// Whether an answer to work of this kind is a model reply that counts as a round (not a
+/// context overflow handed to the compactor).
+fn is_reply(work: Work, answer: &Answer) -> bool {
+    work == Work::Chat && matches!(answer, Answer::Value(v) if v.get("overflow").is_none())
+}
+
+/// A strand as others see it now (one that has not started has no section, wait or entries).
 fn view_of(strand: &Strand) -> View {
     let (section, blocked) = crate::tasks::running_activity(strand);
     View {
-        unstarted: strand.stack.is_empty(),
         section,
         blocked,
         turns: strand.turns,

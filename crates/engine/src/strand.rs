@@ -265,8 +265,6 @@ pub(crate) enum Trigger {
 /// committed order last left it.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct View {
-    /// It has not run yet (its activity then follows its slot).
-    pub(crate) unstarted: bool,
     /// The section of its own chain's entry.
     pub(crate) section: Option<String>,
     /// What it waits on, as if it held its slot (whether it is queued is read from its slot

@@ -1026,29 +1026,24 @@ impl StatusView {
     }
 }
 
-/// What a live task is doing, from its own chain's point of view: the section it is in and
-/// what it waits on (`queued`, `chat`, `tool_call`, `store`, `tasks`, `call`).
-/// A strand's activity where the committed order left it (a strand that ran ahead is seen
-/// as it was before its uncommitted work).
-/// The slot is read now (it is the committed order's); the rest where the order left it.
+/// A live task's activity where the committed order left it: a strand that ran ahead is
+/// seen as its view keeps it, its slot (the order's own) read now.
 fn committed_activity(strand: &Strand) -> (Option<String>, Option<&'static str>) {
     let Some(ahead) = &strand.ahead else {
         return activity(strand);
     };
     let view = &ahead.view;
-    let section = if view.unstarted {
-        None
+    let blocked = if strand.slot == Slot::Queued {
+        Some("queued")
     } else {
-        view.section.clone()
+        view.blocked
     };
-    if strand.slot == Slot::Queued {
-        return (section, Some("queued"));
-    }
-    (section, if view.unstarted { None } else { view.blocked })
+    (view.section.clone(), blocked)
 }
 
-/// A strand's activity: the section of its own chain's entry and what it waits on.
-pub(crate) fn activity(strand: &Strand) -> (Option<String>, Option<&'static str>) {
+/// What a live task is doing, from its own chain's point of view: the section it is in and
+/// what it waits on (`queued`, `chat`, `tool_call`, `store`, `tasks`, `call`).
+fn activity(strand: &Strand) -> (Option<String>, Option<&'static str>) {
     if strand.slot == Slot::Queued {
         return (running_activity(strand).0, Some("queued"));
     }
