@@ -43,9 +43,6 @@ struct Live {
     sent_as: EffectId,
     /// It has its final id and a place in its lane.
     committed: bool,
-    /// Issued by a task started before a slot was free in fact: kept from the Host (in
-    /// `Effects::held`) until the task gets one.
-    held: bool,
 }
 
 /// An answer the run takes now.
@@ -99,7 +96,8 @@ pub(crate) struct Effects {
     on_arrival: BTreeSet<EffectId>,
     batch: Batch,
     commits: Commits,
-    /// Held effects' requests, by provisional id.
+    /// Effects issued by a task started before a slot was free in fact, kept from the Host
+    /// until the task gets one: their requests, by provisional id.
     held: BTreeMap<EffectId, Effect>,
 }
 
@@ -133,9 +131,18 @@ impl Effects {
     pub(crate) fn issue(&mut self, strand: StrandId, effect: Effect) -> (EffectId, Work) {
         let id = self.next_id;
         self.next_id += 1;
+        let work = self.track(id, strand, &effect, true);
+        self.batch.issued.push((id, effect));
+        (id, work)
+    }
+
+    /// Keep an effect outstanding under `id` (in its lane when `committed`).
+    fn track(&mut self, id: EffectId, strand: StrandId, effect: &Effect, committed: bool) -> Work {
         let delivery = effect.delivery(self.live_operator);
-        let work = Work::of(&effect);
-        self.lane(delivery).insert(id);
+        let work = Work::of(effect);
+        if committed {
+            self.lane(delivery).insert(id);
+        }
         self.live.insert(
             id,
             Live {
@@ -143,12 +150,10 @@ impl Effects {
                 delivery,
                 work,
                 sent_as: id,
-                committed: true,
-                held: false,
+                committed,
             },
         );
-        self.batch.issued.push((id, effect));
-        (id, work)
+        work
     }
 
     /// Issue an effect for a strand running ahead: it goes out with the next batch under a
@@ -163,19 +168,7 @@ impl Effects {
     ) -> (EffectId, Work) {
         let id = self.next_provisional;
         self.next_provisional += 1;
-        let delivery = effect.delivery(self.live_operator);
-        let work = Work::of(&effect);
-        self.live.insert(
-            id,
-            Live {
-                strand,
-                delivery,
-                work,
-                sent_as: id,
-                committed: false,
-                held: hold,
-            },
-        );
+        let work = self.track(id, strand, &effect, false);
         if hold {
             self.held.insert(id, effect);
         } else {
@@ -190,11 +183,8 @@ impl Effects {
             .held
             .keys()
             .copied()
-            .filter(|id| {
-                self.live
-                    .get(&self.resolve(*id))
-                    .is_some_and(|l| l.strand == strand)
-            })
+            // A held effect is never committed (committing releases it): its id is its own.
+            .filter(|id| self.live.get(id).is_some_and(|l| l.strand == strand))
             .collect();
         for id in ids {
             self.release_one(id);
@@ -203,9 +193,6 @@ impl Effects {
 
     fn release_one(&mut self, provisional: EffectId) {
         if let Some(effect) = self.held.remove(&provisional) {
-            if let Some(live) = self.live.get_mut(&self.resolve(provisional)) {
-                live.held = false;
-            }
             self.batch.issued.push((provisional, effect));
         }
     }
@@ -276,9 +263,8 @@ impl Effects {
             return;
         };
         let sent = live.sent_as;
-        if live.held {
+        if self.held.remove(&sent).is_some() {
             // Never reached the Host, and never committed.
-            self.held.remove(&sent);
             return;
         }
         match self.batch.issued.iter().position(|(i, _)| *i == sent) {
