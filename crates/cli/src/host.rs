@@ -452,7 +452,7 @@ impl Host {
         let mut taken: u64 = 0;
         loop {
             if let Some(replay) = &mut self.replay {
-                let counter = if replay.by_taken() { taken } else { steps };
+                let counter = replay.counter(steps, taken);
                 let answers = replay.answers_before(counter);
                 let cancel = replay.cancel_before(counter);
                 for (id, answer) in answers {
@@ -496,13 +496,9 @@ impl Host {
                     if let Some(recorder) = &mut self.recorder {
                         // What the order issued in the last step never went out: recorded,
                         // as withdrawn.
-                        for (id, effect) in &commits.unsent {
-                            recorder.issued(*id, effect, None);
-                        }
-                        recorder.commits(&commits);
-                        for (id, _) in &commits.unsent {
-                            recorder.withdrawn(*id);
-                        }
+                        let unsent: Vec<EffectId> =
+                            commits.unsent.iter().map(|(id, _)| *id).collect();
+                        recorder.step(&commits.unsent, &commits, &unsent, |_| None);
                     }
                     self.progress.finish();
                     return outcome;
@@ -525,13 +521,9 @@ impl Host {
             let mut answered = false;
             let mut stopped = false;
             if let Some(recorder) = &mut self.recorder {
-                for (id, effect) in &batch.issued {
-                    recorder.issued(*id, effect, run.effect_task(*id));
-                }
-                recorder.commits(&commits);
-                for id in &batch.withdrawn {
-                    recorder.withdrawn(*id);
-                }
+                recorder.step(&batch.issued, &commits, &batch.withdrawn, |id| {
+                    run.effect_task(id)
+                });
             }
             for (id, effect) in batch.issued {
                 // Issued and withdrawn in one step: recorded above, never started.
@@ -579,8 +571,7 @@ impl Host {
             if let Some(replay) = &mut self.replay
                 && (!replay.live || replay.owes_answers())
             {
-                let counter = if replay.by_taken() { taken } else { steps };
-                if replay.has_more(counter) {
+                if replay.has_more(replay.counter(steps, taken)) {
                     continue;
                 }
                 if !replay.live {

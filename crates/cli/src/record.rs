@@ -184,7 +184,7 @@ impl Recorder {
 
     /// An effect as issued, and the task that issued it (for timelines). One issued ahead
     /// is held until its issue is committed ([`Recorder::commits`]).
-    pub(crate) fn issued(&mut self, id: EffectId, effect: &Effect, task: Option<String>) {
+    fn issued(&mut self, id: EffectId, effect: &Effect, task: Option<String>) {
         let t = self.elapsed();
         let id = self.final_id(id);
         if is_provisional(id) {
@@ -213,9 +213,27 @@ impl Recorder {
         self.finals.get(&id).copied().unwrap_or(id)
     }
 
+    /// One step of the run, in the order a record needs it: the effects it issued (held while
+    /// provisional), then what it committed (final ids, answers taken), then its withdrawals.
+    pub(crate) fn step(
+        &mut self,
+        issued: &[(EffectId, Effect)],
+        commits: &Commits,
+        withdrawn: &[EffectId],
+        task: impl Fn(EffectId) -> Option<String>,
+    ) {
+        for (id, effect) in issued {
+            self.issued(*id, effect, task(*id));
+        }
+        self.commits(commits);
+        for id in withdrawn {
+            self.withdrawn(*id);
+        }
+    }
+
     /// What the run committed in a step: effects issued ahead get their final ids (and are
     /// written), and the answers it took are written in the order it took them.
-    pub(crate) fn commits(&mut self, commits: &Commits) {
+    fn commits(&mut self, commits: &Commits) {
         for &(provisional, id) in &commits.renamed {
             self.finals.insert(provisional, id);
             if let Some((request, task, t)) = self.ahead.remove(&provisional) {
@@ -275,7 +293,7 @@ impl Recorder {
         self.answers.insert(id, (text, t));
     }
 
-    pub(crate) fn withdrawn(&mut self, id: EffectId) {
+    fn withdrawn(&mut self, id: EffectId) {
         let id = self.final_id(id);
         if is_provisional(id) {
             // Issued ahead and never committed: the run never made it, but a reply it got
@@ -543,10 +561,11 @@ impl Replay {
         }
     }
 
-    /// Whether answers are handed back by the run's taking order (one at a time, so the run
-    /// takes them exactly in the recorded order) rather than by Host steps.
-    pub(crate) fn by_taken(&self) -> bool {
-        self.by_taken
+    /// The count this record's answers are keyed by: the answers the run has taken
+    /// (version 2, handed back one at a time so the run takes them exactly in the recorded
+    /// order), or the Host's steps (version 1).
+    pub(crate) fn counter(&self, steps: u64, taken: u64) -> u64 {
+        if self.by_taken { taken } else { steps }
     }
 
     /// Check an issued effect against the record.
