@@ -987,7 +987,6 @@ pub fn merge(args: &MergeArgs) -> ExitCode {
         let slices: Vec<&str> = slices.iter().map(String::as_str).collect();
         let shown: Vec<String> = missing
             .iter()
-            .take(5)
             .map(|(index, repeat)| format!("input {index} repeat {repeat}"))
             .collect();
         let more = if count > missing.len() as u64 {

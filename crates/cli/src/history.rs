@@ -86,7 +86,6 @@ impl History {
         conn.execute_batch(
             "PRAGMA auto_vacuum = INCREMENTAL;
              PRAGMA journal_mode = WAL;
-             PRAGMA journal_size_limit = 4194304;
              PRAGMA synchronous = NORMAL;
              PRAGMA foreign_keys = ON;
              CREATE TABLE IF NOT EXISTS runs (
@@ -131,6 +130,9 @@ impl History {
              );",
         )
         .map_err(&err)?;
+        // The log is cut back to this after a checkpoint (see `bound_log`).
+        conn.pragma_update(None, "journal_size_limit", WAL_LIMIT as i64)
+            .map_err(&err)?;
         // A database from before effects had their task gets the column.
         let has_task = conn
             .prepare("SELECT 1 FROM pragma_table_info('effects') WHERE name = 'task'")
@@ -212,6 +214,13 @@ impl History {
         let mut cancels: Vec<u64> = Vec::new();
         let mut outcome = Json::Null;
         let (mut rounds, mut prompt_tokens, mut completion_tokens) = (0i64, 0i64, 0i64);
+        // A model reply counts as a round, with the tokens it reports.
+        let mut count_reply = |reply: &Json| {
+            rounds += 1;
+            let usage = &reply["usage"];
+            prompt_tokens += usage["prompt_tokens"].as_i64().unwrap_or(0);
+            completion_tokens += usage["completion_tokens"].as_i64().unwrap_or(0);
+        };
         {
             let mut insert = tx
                 .prepare(
@@ -281,17 +290,13 @@ impl History {
                     if kind.as_deref() == Some("model_round")
                         && let Some(reply) = value.get("value")
                     {
-                        rounds += 1;
-                        let usage = &reply["usage"];
-                        prompt_tokens += usage["prompt_tokens"].as_i64().unwrap_or(0);
-                        completion_tokens += usage["completion_tokens"].as_i64().unwrap_or(0);
+                        count_reply(reply);
                     }
                 } else if value.get("uncommitted").and_then(Json::as_str) == Some("model_round") {
                     // A reply to a round sent ahead and never committed: it cost all the same.
-                    rounds += 1;
-                    let usage = &value["value"]["value"]["usage"];
-                    prompt_tokens += usage["prompt_tokens"].as_i64().unwrap_or(0);
-                    completion_tokens += usage["completion_tokens"].as_i64().unwrap_or(0);
+                    if let Some(reply) = value["value"].get("value") {
+                        count_reply(reply);
+                    }
                 } else if let Some(id) = num("withdrawn") {
                     withdraw.execute(params![run_id, id as i64]).map_err(err)?;
                 } else if let Some(step) = num("cancel") {
