@@ -531,7 +531,9 @@ struct CallAdmission {
 
 /// A call's turn to run; the slot comes back when it is dropped.
 #[derive(Debug)]
-struct Turn(#[allow(dead_code)] tokio::sync::OwnedSemaphorePermit);
+struct Turn {
+    _permit: tokio::sync::OwnedSemaphorePermit,
+}
 
 impl CallAdmission {
     fn new(max_runs: u32, max_waiting: u32, budget_mb: u64) -> Self {
@@ -553,7 +555,7 @@ impl CallAdmission {
     ) -> Result<Option<Turn>, String> {
         self.within_budget()?;
         if let Ok(permit) = self.slots.clone().try_acquire_owned() {
-            return Ok(Some(Turn(permit)));
+            return Ok(Some(Turn { _permit: permit }));
         }
         let queued = self.waiting.fetch_add(1, Ordering::SeqCst);
         // Counted out however this ends, the future dropped mid-wait included.
@@ -565,7 +567,9 @@ impl CallAdmission {
             ));
         }
         let turn = tokio::select! {
-            permit = self.slots.clone().acquire_owned() => permit.ok().map(Turn),
+            permit = self.slots.clone().acquire_owned() => {
+                permit.ok().map(|permit| Turn { _permit: permit })
+            }
             () = ct.cancelled() => None,
         };
         if turn.is_some() {

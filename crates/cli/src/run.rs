@@ -768,6 +768,13 @@ pub(crate) fn keep_record(
 }
 
 /// What a person is told to do about a failure, when the Host can tell.
+/// The `hint:` lines on stderr, secrets taken out.
+fn print_hints(finished: &Finished) {
+    for hint in hints(finished) {
+        errln!("hint: {}", promptforge_harness::secrets::redact(&hint));
+    }
+}
+
 fn hints(finished: &Finished) -> Vec<String> {
     let Outcome::Failed(err) = &finished.outcome else {
         return Vec::new();
@@ -826,9 +833,7 @@ fn report(args: &RunArgs, finished: &Finished, verbose: u8) -> ExitCode {
         // stdout holds only the outcome, with the spec's fixed message; what the Host knows
         // beyond it (the URL tried, the variable it came from) still goes to stderr.
         if matches!(outcome, Outcome::Failed(_)) {
-            for hint in hints(finished) {
-                errln!("hint: {}", promptforge_harness::secrets::redact(&hint));
-            }
+            print_hints(finished);
         }
     } else {
         if let Some(summary) = &finished.summary {
@@ -860,9 +865,7 @@ fn report(args: &RunArgs, finished: &Finished, verbose: u8) -> ExitCode {
                         err.column.unwrap_or(1)
                     );
                 }
-                for hint in hints(finished) {
-                    errln!("hint: {}", promptforge_harness::secrets::redact(&hint));
-                }
+                print_hints(finished);
                 match (&err.traceback, verbose) {
                     (Some(traceback), 1..) => errln!("{traceback}"),
                     (Some(_), 0) => errln!("(-v shows the Lua traceback)"),
