@@ -398,6 +398,23 @@ fn the_concurrency_flag_caps_rounds_in_flight() {
     assert_eq!(refused.status.code(), Some(2));
 }
 
+/// Once the server holds the run's first wave of rounds, send the run `signal`.
+fn signal_with_a_wave_in_flight(server: &Server, child: &std::process::Child, signal: &str) {
+    let began = Instant::now();
+    while server.state.in_flight.load(Ordering::SeqCst) < 8 {
+        assert!(
+            began.elapsed() < Duration::from_secs(20),
+            "the rounds never went out"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let status = Command::new("kill")
+        .args([signal, &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+}
+
 #[test]
 fn ctrl_c_with_rounds_in_flight_ends_the_run_cancelled_at_once() {
     let server = start(0, 1);
@@ -415,20 +432,7 @@ fn ctrl_c_with_rounds_in_flight_ends_the_run_cancelled_at_once() {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    // Wait until the server holds the first wave of rounds.
-    let began = Instant::now();
-    while server.state.in_flight.load(Ordering::SeqCst) < 8 {
-        assert!(
-            began.elapsed() < Duration::from_secs(20),
-            "the rounds never went out"
-        );
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    let status = Command::new("kill")
-        .args(["-INT", &child.id().to_string()])
-        .status()
-        .unwrap();
-    assert!(status.success());
+    signal_with_a_wave_in_flight(&server, &child, "-INT");
     let sent = Instant::now();
     loop {
         if let Some(status) = child.try_wait().unwrap() {
@@ -530,19 +534,7 @@ fn sigterm_and_sighup_end_the_run_cancelled_as_ctrl_c_does() {
             .stderr(Stdio::piped())
             .spawn()
             .unwrap();
-        let began = Instant::now();
-        while server.state.in_flight.load(Ordering::SeqCst) < 8 {
-            assert!(
-                began.elapsed() < Duration::from_secs(20),
-                "no rounds went out"
-            );
-            std::thread::sleep(Duration::from_millis(10));
-        }
-        let status = Command::new("kill")
-            .args([signal, &child.id().to_string()])
-            .status()
-            .unwrap();
-        assert!(status.success());
+        signal_with_a_wave_in_flight(&server, &child, signal);
         let output = child.wait_with_output().unwrap();
         assert_eq!(output.status.code(), Some(130), "{signal}");
         assert_eq!(
