@@ -34,7 +34,7 @@ use std::fmt;
 use std::sync::Arc;
 
 use crate::outcome::{RunError, RunErrorKind};
-use crate::store_path::GlobPattern;
+use crate::store_path::{GlobPattern, StoreError, StoreOp, validate_path};
 
 /// The two kinds of claim a message names.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -73,6 +73,25 @@ pub enum Access {
 }
 
 impl Access {
+    /// The claim a store call makes, or the store error for a path or pattern that breaks a
+    /// rule (a rejected call claims nothing).
+    pub fn of(op: &StoreOp) -> Result<Access, StoreError> {
+        match op {
+            StoreOp::Glob { pattern } => GlobPattern::new(pattern)
+                .map(Access::Glob)
+                .map_err(|rule| StoreError::invalid_pattern(pattern, rule)),
+            op => {
+                let path = op.target();
+                validate_path(path).map_err(|rule| StoreError::invalid_path(path, rule))?;
+                Ok(if op.is_mutation() {
+                    Access::Write(path.to_owned())
+                } else {
+                    Access::Read(path.to_owned())
+                })
+            }
+        }
+    }
+
     /// The claim kind the message names.
     pub fn kind(&self) -> ClaimKind {
         match self {

@@ -70,7 +70,7 @@ impl Run {
             Ok(op) => op,
             Err(answer) => return Dispatch::Answer(answer),
         };
-        let access = match op.access() {
+        let access = match crate::determinism::Access::of(&op) {
             Ok(access) => access,
             Err(err) => return Dispatch::Answer(store_error_answer(&err)),
         };

@@ -4,7 +4,8 @@ use std::fmt;
 
 use promptforge_syntax::{ParseError, ParseErrorKind, Prompt};
 
-pub use promptforge_lua::errors::RunErrorKind;
+pub use promptforge_protocol::errors::RunErrorKind;
+use promptforge_protocol::store::StoreError;
 
 /// A failed run's error: its kind, message, and for parse failures the parse details.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -48,6 +49,11 @@ impl From<ParseError> for RunError {
             traceback: None,
         }
     }
+}
+
+/// The run error an uncaught store failure ends the run with: `Vfs` and the message.
+pub fn store_run_error(err: &StoreError) -> RunError {
+    RunError::new(RunErrorKind::Vfs, err.message.clone())
 }
 
 impl fmt::Display for RunError {

@@ -836,7 +836,7 @@ fn error_values_serialize() {
     let err = read(&mut s, "a//b").unwrap_err();
     assert_eq!(serde_json::to_value(&err).unwrap()["rule"], "empty_segment");
     assert_eq!(
-        err.to_run_error().message,
+        err.message,
         "invalid path \"a//b\": path contains an empty segment"
     );
 }

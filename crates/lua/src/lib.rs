@@ -6,7 +6,6 @@
 //! values, and the yield shims through which suspending calls reach the engine. It does no I/O.
 
 pub mod conversation;
-pub mod errors;
 pub mod json;
 pub mod models;
 pub mod order;
@@ -15,3 +14,5 @@ pub mod substitution;
 pub mod task_id;
 pub mod untrusted;
 pub mod vm;
+
+pub use promptforge_protocol::errors;

@@ -14,7 +14,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use promptforge_engine::{PluginInfo, ToolInfo};
+use promptforge_protocol::host::{PluginInfo, ToolInfo};
 use rmcp::model::{
     CallToolRequestParams, CallToolResult, ClientConfig, ContentBlock, Implementation,
     ProtocolVersion,

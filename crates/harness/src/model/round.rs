@@ -3,7 +3,7 @@
 //! section VM reads. Every Host that performs rounds (the CLI, benches, tests) translates with
 //! these two functions, so they all send and read the same thing.
 
-use promptforge_engine::protocol::{ModelRound, ModelTarget};
+use promptforge_protocol::effect::{ModelRound, ModelTarget};
 use serde_json::{Value as Json, json};
 
 use super::types::{ChatRequest, FinishReason, Message, Reply, ThinkingSwitch, ToolSpec};

@@ -22,7 +22,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use cap_fs_ext::{DirExt, FollowSymlinks, OpenOptionsFollowExt};
 use cap_std::ambient_authority;
 use cap_std::fs::{Dir, OpenOptions};
-use promptforge_engine::store_path::validate_path;
+use promptforge_protocol::store::validate_path;
 
 use super::backend::{Backend, BackendError, Entry, EntryKind, Lookup};
 

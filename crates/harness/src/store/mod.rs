@@ -19,7 +19,7 @@ pub use backend::{Backend, BackendError, Entry, EntryKind, Lookup};
 pub use dir::{DirBackend, Durability};
 pub use files::{TransferError, collect_output_file, place_input_file};
 pub use memory::MemoryBackend;
-pub use promptforge_engine::store_path::{
+pub use promptforge_protocol::store::{
     BoundArg, GlobPattern, LineRange, PathRule, RangeProblem, StoreAnswer, StoreError, StoreOp,
     StoreReason, line_range, normalize_path, validate_path, validate_pattern,
 };

@@ -1,6 +1,6 @@
 //! Line ranges and numbered reads ("Line ranges and numbered reads", "How bounds apply").
 
-use promptforge_engine::store_path::RangeProblem;
+use promptforge_protocol::store::RangeProblem;
 
 /// The lines a ranged read selects: the first line's 1-based number and the lines.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -20,7 +20,7 @@ pub mod search;
 
 use std::sync::Arc;
 
-use promptforge_engine::{PluginInfo, ToolInfo};
+use promptforge_protocol::host::{PluginInfo, ToolInfo};
 use serde_json::{Value as Json, json};
 
 pub use network::{Network, RealNetwork};

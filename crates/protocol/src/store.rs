@@ -12,8 +12,6 @@ use std::fmt;
 
 use serde::{Deserialize, Serialize};
 
-use crate::outcome::{RunError, RunErrorKind};
-
 /// The longest store path, and separately the longest glob pattern, in UTF-8 bytes.
 pub const MAX_PATH_BYTES: usize = 1024;
 
@@ -413,26 +411,6 @@ impl StoreOp {
                 | StoreOp::Delete { .. }
         )
     }
-
-    /// The claim the call makes for the determinism checker, or the store error for a path or
-    /// pattern that breaks a rule (a rejected call claims nothing).
-    pub fn access(&self) -> Result<crate::determinism::Access, StoreError> {
-        use crate::determinism::Access;
-        match self {
-            StoreOp::Glob { pattern } => GlobPattern::new(pattern)
-                .map(Access::Glob)
-                .map_err(|rule| StoreError::invalid_pattern(pattern, rule)),
-            op => {
-                let path = op.target();
-                validate_path(path).map_err(|rule| StoreError::invalid_path(path, rule))?;
-                Ok(if op.is_mutation() {
-                    Access::Write(path.to_owned())
-                } else {
-                    Access::Read(path.to_owned())
-                })
-            }
-        }
-    }
 }
 
 /// What a successful store call returns.
@@ -731,11 +709,6 @@ impl StoreError {
             count: None,
             rule: None,
         }
-    }
-
-    /// The run error an uncaught store failure ends the run with: `Vfs` and the message.
-    pub fn to_run_error(&self) -> RunError {
-        RunError::new(RunErrorKind::Vfs, self.message.clone())
     }
 }
 
@@ -1244,9 +1217,6 @@ mod tests {
         for (err, reason, message) in table {
             assert_eq!(err.reason.as_str(), reason);
             assert_eq!(err.message, message);
-            let run = err.to_run_error();
-            assert_eq!(run.kind, RunErrorKind::Vfs);
-            assert_eq!(run.message, message);
         }
         assert_eq!(StoreError::backend("x").path, None);
         let amb = StoreError::anchor_ambiguous("f.txt", "na", 3);
@@ -1274,8 +1244,7 @@ mod tests {
     }
 
     #[test]
-    fn op_serde_and_access() {
-        use crate::determinism::Access;
+    fn op_serde() {
         let op = StoreOp::Read {
             path: "a.txt".into(),
             range: Some(LineRange {
@@ -1297,24 +1266,14 @@ mod tests {
                 range: None
             }
         );
-        assert_eq!(op.access().unwrap(), Access::Read("a.txt".into()));
         let write = StoreOp::Append {
             path: "j.txt".into(),
             contents: "x".into(),
         };
         assert!(write.is_mutation());
-        assert_eq!(write.access().unwrap(), Access::Write("j.txt".into()));
-        assert_eq!(
-            StoreOp::Exists { path: "/x".into() }
-                .access()
-                .unwrap_err()
-                .message,
-            r#"invalid path "/x": path is absolute"#
-        );
         let glob = StoreOp::Glob {
             pattern: "src/*.rs".into(),
         };
-        assert!(matches!(glob.access().unwrap(), Access::Glob(g) if g.as_str() == "src/*.rs"));
         assert_eq!(glob.target(), "src/*.rs");
         let answer = serde_json::to_string(&StoreAnswer::List(vec!["a".into()])).unwrap();
         assert_eq!(answer, r#"{"kind":"list","value":["a"]}"#);
