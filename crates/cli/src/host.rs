@@ -744,10 +744,7 @@ impl Host {
                 RunErrorKind::Completion,
             ));
         };
-        let request = match round_request(&model.description.model, &round) {
-            Ok(request) => request,
-            Err(message) => return Started::Now(internal(message, RunErrorKind::Internal)),
-        };
+        let request = round_request(&model.description.model, &round);
         let infer = round.infer;
         self.progress.round_sent(task.as_deref());
         if let Some(result) = model.provider.answer_at_once(&request) {

@@ -44,7 +44,11 @@ fn drive(prompt: &Arc<Prompt>) -> Outcome {
                 for (id, effect) in batch.issued {
                     let answer = match effect {
                         Effect::ModelRound(round) => {
-                            let text = round.messages[0]["content"].as_str().unwrap_or_default();
+                            let text = round
+                                .messages
+                                .first()
+                                .map(|m| m.content().text())
+                                .unwrap_or_default();
                             Answer::Value(json!({"text": text, "finish_reason": "stop"}))
                         }
                         other => panic!("unexpected effect {other:?}"),

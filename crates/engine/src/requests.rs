@@ -5,7 +5,7 @@ use serde_json::{Map, Value as Json};
 
 use promptforge_lua::vm::Request;
 
-use crate::protocol::{Answer, Effect, ErrorValue, ModelRound, ModelTarget};
+use crate::protocol::{Answer, Effect, ErrorValue};
 use crate::store_path::{BoundArg, LineRange, StoreOp, line_range};
 
 /// A `lua`-kind error answered at the call.
@@ -79,29 +79,12 @@ pub(crate) fn store_op(payload: &Json) -> Result<StoreOp, Answer> {
 /// The Harness work a model, tool or operator request asks for.
 pub(crate) fn harness_effect(request: &Request) -> Result<Effect, String> {
     let payload = &request.payload;
-    let model = |what: &str| -> Result<ModelTarget, String> {
-        serde_json::from_value(payload.get("model").cloned().unwrap_or(Json::Null))
-            .map_err(|e| format!("malformed {what} request: {e}"))
-    };
-    let list = |key: &str| match payload.get(key) {
-        Some(Json::Array(items)) => items.clone(),
-        _ => Vec::new(),
-    };
     match request.op.as_str() {
-        "model.infer" => Ok(Effect::ModelRound(ModelRound {
-            infer: true,
-            model: model("model.infer")?,
-            messages: vec![
-                serde_json::json!({"role": "user", "content": text_field(payload, "prompt")}),
-            ],
-            tools: Vec::new(),
-        })),
-        "model.loop" => Ok(Effect::ModelRound(ModelRound {
-            infer: false,
-            model: model("model.loop")?,
-            messages: list("messages"),
-            tools: list("tools"),
-        })),
+        "model.infer" | "model.loop" => match &request.round {
+            Some(Ok(round)) => Ok(Effect::ModelRound(round.clone())),
+            Some(Err(message)) => Err(message.clone()),
+            None => Err(format!("malformed {} request", request.op)),
+        },
         "input.ask" => Ok(Effect::Ask),
         "tool.call" => Ok(Effect::Tool {
             alias: text_field(payload, "alias").to_owned(),

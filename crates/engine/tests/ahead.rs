@@ -10,7 +10,7 @@ mod util;
 
 use promptforge_engine::protocol::ModelRound;
 use promptforge_engine::{Outcome, RunErrorKind};
-use serde_json::{Value as Json, json};
+use serde_json::json;
 use util::{FakeHarness, ModelFn, Order, Transcript, context, drive_with, echo_model};
 
 fn header(h1: &str, body: &str) -> String {
@@ -153,7 +153,7 @@ fn spawning_model() -> ModelFn {
         let assistants = round
             .messages
             .iter()
-            .filter(|m| m.get("role").and_then(Json::as_str) == Some("assistant"))
+            .filter(|m| m.role() == "assistant")
             .count();
         match assistants {
             0 => json!({"finish_reason": "tool_calls", "tool_calls": [
@@ -164,10 +164,15 @@ fn spawning_model() -> ModelFn {
                 {"id": format!("w{assistants}"), "name": "await_tasks", "arguments": {}},
             ]}),
             _ => {
-                let seen: Vec<&str> = round
+                let seen: Vec<String> = round
                     .messages
                     .iter()
-                    .filter_map(|m| m.get("content").and_then(Json::as_str))
+                    .filter_map(|m| match m.content() {
+                        promptforge_protocol::conversation::Content::Text(text) => {
+                            Some(text.clone())
+                        }
+                        _ => None,
+                    })
                     .collect();
                 json!({"text": seen.join(" / "), "finish_reason": "stop"})
             }

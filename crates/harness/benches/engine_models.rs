@@ -198,7 +198,7 @@ impl ModelProvider for ToolCallingProvider {
             let results = request
                 .messages
                 .iter()
-                .filter(|m| matches!(m, Message::Tool { .. }))
+                .filter(|m| matches!(&***m, Message::Tool { .. }))
                 .count();
             let usage = Some(Usage {
                 prompt_tokens: 20,
@@ -286,7 +286,7 @@ impl Host {
     }
 
     fn round(&self, round: &ModelRound) -> Answer {
-        let request = round_request(MODEL, round).unwrap();
+        let request = round_request(MODEL, round);
         let reply = self
             .runtime
             .block_on(self.provider.complete(&request))

@@ -351,7 +351,9 @@ async fn plain_reply_with_usage() {
     .await;
     let observer = Collect::default();
     let mut request = hello();
-    request.messages.insert(0, Message::system("Be friendly."));
+    request
+        .messages
+        .insert(0, Message::system("Be friendly.").into());
     let reply = provider(&server).stream(&request, &observer).await.unwrap();
     assert_eq!(server.violations(), Vec::<String>::new());
     assert_eq!(reply.text, "Hello!");
@@ -598,7 +600,7 @@ async fn thinking_is_enabled_with_a_budget_streamed_apart_and_replayed() {
     assert!(observer.text.lock().unwrap().is_empty());
 
     // Round two with the signed block replayed: thinking stays on.
-    let mut messages = request.messages.clone();
+    let mut messages: Vec<Message> = request.messages.iter().map(|m| (**m).clone()).collect();
     messages.push(Message::Assistant {
         content: first.text.clone().into(),
         tool_calls: first.tool_calls.clone(),

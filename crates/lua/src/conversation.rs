@@ -5,7 +5,7 @@
 //! to JSON ([`serde_json::Value`]: sequences as arrays, other tables as objects, an empty table
 //! as `{}`), checks the two rules that need Lua types (the list is a table; every value is
 //! JSON-representable), and then calls [`check_list`], which applies every other rule of
-//! "Checking the list" in the chapter's order and returns the checked [`Record`]s with their
+//! "Checking the list" in the chapter's order and returns the checked [`Message`]s with their
 //! extra fields dropped. [`compose`] merges runs of records the way the model receives them,
 //! [`estimate_tokens`], [`reply_room`] and [`UsageMemory`] implement the precheck, and
 //! [`check_reply_calls`], [`reply_arguments`] and [`empty_reply_outcome`] decide what happens to
@@ -16,14 +16,18 @@
 //! `{"type":"image_url","image_url":{"url":..}}`), the same JSON the Harness's model messages
 //! read.
 
+use std::borrow::Borrow;
 use std::collections::HashSet;
+use std::sync::Arc;
 
-use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
+pub use promptforge_protocol::conversation::{
+    Content, ContentPart, ImageUrl, Message, ToolCall, Usage,
+};
+
 /// The role of a message record.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Role {
     /// `system`: instructions, only in the leading block.
     System,
@@ -58,173 +62,52 @@ impl Role {
     }
 }
 
-/// A record's content: plain text (the empty string allowed) or a non-empty array of parts.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(untagged)]
-pub enum Content {
-    /// Plain text.
-    Text(String),
-    /// Text and image parts, in order.
-    Parts(Vec<Part>),
-}
-
-impl Content {
-    /// Whether this is plain text rather than a parts array.
-    pub fn is_text(&self) -> bool {
-        matches!(self, Self::Text(_))
-    }
-
-    /// The UTF-8 bytes the precheck counts: the plain string, or the `text` of every text part
-    /// (image parts count nothing).
-    pub fn text_bytes(&self) -> u64 {
-        match self {
-            Self::Text(text) => len_u64(text.len()),
-            Self::Parts(parts) => parts
-                .iter()
-                .map(|part| match part {
-                    Part::Text(text) => len_u64(text.len()),
-                    Part::Image { .. } => 0,
-                })
-                .sum(),
-        }
+/// The role of a record.
+pub fn role_of(message: &Message) -> Role {
+    match message {
+        Message::System { .. } => Role::System,
+        Message::User { .. } => Role::User,
+        Message::Assistant { .. } => Role::Assistant,
+        Message::Tool { .. } => Role::Tool,
     }
 }
 
-impl From<&str> for Content {
-    fn from(value: &str) -> Self {
-        Self::Text(value.to_owned())
+/// A record's content.
+pub fn content_of(message: &Message) -> &Content {
+    message.content()
+}
+
+/// A record's tool calls (empty on every record but an assistant's).
+pub fn tool_calls_of(message: &Message) -> &[ToolCall] {
+    match message {
+        Message::Assistant { tool_calls, .. } => tool_calls,
+        _ => &[],
     }
 }
 
-impl From<String> for Content {
-    fn from(value: String) -> Self {
-        Self::Text(value)
+/// The UTF-8 bytes the precheck counts for content: the plain string, or the `text` of every
+/// text part (image parts count nothing).
+pub fn text_bytes(content: &Content) -> u64 {
+    match content {
+        Content::Text(text) => len_u64(text.len()),
+        Content::Parts(parts) => parts
+            .iter()
+            .map(|part| match part {
+                ContentPart::Text { text } => len_u64(text.len()),
+                ContentPart::ImageUrl { .. } => 0,
+            })
+            .sum(),
     }
 }
 
-/// One part of multimodal content. Serializes as `{"type":"text","text":...}` or
-/// `{"type":"image_url","image_url":{"url":...}}`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(from = "PartRepr", into = "PartRepr")]
-pub enum Part {
-    /// A text part.
-    Text(String),
-    /// An image part, referenced by its URL (an `https:` or `data:` URL).
-    Image {
-        /// The image's URL.
-        url: String,
-    },
-}
-
-/// The wire shape of a [`Part`].
-#[derive(Serialize, Deserialize)]
-#[serde(tag = "type", rename_all = "snake_case")]
-enum PartRepr {
-    Text { text: String },
-    ImageUrl { image_url: ImageUrlRepr },
-}
-
-/// The `image_url` table of an image part.
-#[derive(Serialize, Deserialize)]
-struct ImageUrlRepr {
-    url: String,
-}
-
-impl From<PartRepr> for Part {
-    fn from(value: PartRepr) -> Self {
-        match value {
-            PartRepr::Text { text } => Self::Text(text),
-            PartRepr::ImageUrl { image_url } => Self::Image { url: image_url.url },
-        }
-    }
-}
-
-impl From<Part> for PartRepr {
-    fn from(value: Part) -> Self {
-        match value {
-            Part::Text(text) => Self::Text { text },
-            Part::Image { url } => Self::ImageUrl {
-                image_url: ImageUrlRepr { url },
-            },
-        }
-    }
-}
-
-/// One tool call on an assistant record.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ToolCall {
-    /// The call's id, unique across the whole list.
-    pub id: String,
-    /// The tool name (alias) the model called.
-    pub name: String,
-    /// The arguments, a JSON object (`{}` when the record set none).
-    #[serde(default)]
-    pub arguments: Map<String, Value>,
-}
-
-/// One checked message record, with every field the model does not see dropped.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Record {
-    /// The record's role.
-    pub role: Role,
-    /// The record's content.
-    pub content: Content,
-    /// The tool calls of an assistant record, in call order; empty on every other record.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub tool_calls: Vec<ToolCall>,
-    /// The id of the call a tool record answers; `None` on every other record.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub tool_call_id: Option<String>,
-}
-
-impl Record {
-    /// A plain-text record with no tool calls and no `tool_call_id`.
-    pub fn text(role: Role, text: impl Into<String>) -> Self {
-        Self {
-            role,
-            content: Content::Text(text.into()),
-            tool_calls: Vec::new(),
-            tool_call_id: None,
-        }
-    }
-
-    /// A plain-text system record.
-    pub fn system(text: impl Into<String>) -> Self {
-        Self::text(Role::System, text)
-    }
-
-    /// A plain-text user record.
-    pub fn user(text: impl Into<String>) -> Self {
-        Self::text(Role::User, text)
-    }
-
-    /// A plain-text assistant record without tool calls.
-    pub fn assistant(text: impl Into<String>) -> Self {
-        Self::text(Role::Assistant, text)
-    }
-
-    /// An assistant record carrying reply text and tool calls, as the loop appends after a
-    /// tool round.
-    pub fn assistant_calls(text: impl Into<String>, tool_calls: Vec<ToolCall>) -> Self {
-        Self {
-            tool_calls,
-            ..Self::text(Role::Assistant, text)
-        }
-    }
-
-    /// A tool record answering the call `tool_call_id` with `text`.
-    pub fn tool(text: impl Into<String>, tool_call_id: impl Into<String>) -> Self {
-        Self {
-            tool_call_id: Some(tool_call_id.into()),
-            ..Self::text(Role::Tool, text)
-        }
-    }
-
-    /// The UTF-8 bytes the precheck counts for this record: its content's text plus the
-    /// serialized form of each tool call (see [`tool_call_bytes`]).
-    pub fn estimate_bytes(&self) -> u64 {
-        self.content.text_bytes() + self.tool_calls.iter().map(tool_call_bytes).sum::<u64>()
-    }
+/// The UTF-8 bytes the precheck counts for a record: its content's text plus the serialized
+/// form of each tool call (see [`tool_call_bytes`]).
+pub fn estimate_bytes(message: &Message) -> u64 {
+    text_bytes(content_of(message))
+        + tool_calls_of(message)
+            .iter()
+            .map(tool_call_bytes)
+            .sum::<u64>()
 }
 
 fn len_u64(len: usize) -> u64 {
@@ -241,10 +124,14 @@ pub const EMPTY_LIST: &str = "messages must not be empty";
 pub const NOT_AN_ARRAY: &str = "messages must be an array of message tables";
 
 /// A record after the first layer of checks, with what the second layer still needs.
-struct Checked {
-    record: Record,
+#[derive(Debug, Clone, PartialEq)]
+pub struct Checked {
+    /// The record as the model receives it, extra fields dropped.
+    pub message: Arc<Message>,
     /// Whether the record set `tool_calls` at all, an empty table included.
     sets_tool_calls: bool,
+    /// Whether the record set a `tool_call_id`.
+    sets_tool_call_id: bool,
 }
 
 /// Checks a message list converted to JSON and returns its records, extra fields dropped.
@@ -259,7 +146,7 @@ struct Checked {
 /// empty list where the list itself is expected. Should a non-table value reach this function
 /// anyway, it gets the `messages must be a table of message tables, got {type}` message with
 /// the Lua type name (`nil`, `boolean`, `integer`, `number`, `string`).
-pub fn check_list(list: &Value) -> Result<Vec<Record>, String> {
+pub fn check_list(list: &Value) -> Result<Vec<Message>, String> {
     let items = match list {
         Value::Array(items) if items.is_empty() => return Err(EMPTY_LIST.to_owned()),
         Value::Object(map) if map.is_empty() => return Err(EMPTY_LIST.to_owned()),
@@ -277,7 +164,10 @@ pub fn check_list(list: &Value) -> Result<Vec<Record>, String> {
         checked.push(check_record(position + 1, item)?);
     }
     check_across(&checked)?;
-    Ok(checked.into_iter().map(|c| c.record).collect())
+    Ok(checked
+        .into_iter()
+        .map(|c| Arc::unwrap_or_clone(c.message))
+        .collect())
 }
 
 /// The Lua type name a JSON scalar came from.
@@ -314,8 +204,9 @@ fn string_field<'a>(fields: Option<&'a Map<String, Value>>, name: &str) -> Optio
     field(fields, name).and_then(Value::as_str)
 }
 
-/// The first layer: one record's own fields, in the chapter's order.
-fn check_record(index: usize, value: &Value) -> Result<Checked, String> {
+/// The first layer: one record's own fields, in the chapter's order. `index` is the record's
+/// 1-based position; `value` is the record read as JSON.
+pub fn check_record(index: usize, value: &Value) -> Result<Checked, String> {
     let Some(fields) = table_fields(value) else {
         return Err(format!("messages[{index}] must be a message table"));
     };
@@ -377,20 +268,30 @@ fn check_record(index: usize, value: &Value) -> Result<Checked, String> {
         Some(_) => return Err(format!("messages[{index}] tool_calls must be an array")),
     };
 
-    Ok(Checked {
-        record: Record {
-            role,
+    let sets_tool_call_id = tool_call_id.is_some();
+    let message = match role {
+        Role::System => Message::System { content },
+        Role::User => Message::User { content },
+        Role::Assistant => Message::Assistant {
             content,
             tool_calls,
-            tool_call_id,
+            reasoning: Vec::new(),
         },
+        Role::Tool => Message::Tool {
+            tool_call_id: tool_call_id.unwrap_or_default(),
+            content,
+        },
+    };
+    Ok(Checked {
+        message: Arc::new(message),
         sets_tool_calls,
+        sets_tool_call_id,
     })
 }
 
 /// One content part: a table with a string `type`, `text` or `image_url`, and that type's
 /// field.
-fn check_part(index: usize, part_index: usize, value: &Value) -> Result<Part, String> {
+fn check_part(index: usize, part_index: usize, value: &Value) -> Result<ContentPart, String> {
     let prefix = format!("messages[{index}] content part {part_index}");
     let fields = table_fields(value);
     let Some(kind) = fields.and_then(|fields| string_field(fields, "type")) else {
@@ -399,7 +300,9 @@ fn check_part(index: usize, part_index: usize, value: &Value) -> Result<Part, St
     let fields = fields.flatten();
     match kind {
         "text" => match string_field(fields, "text") {
-            Some(text) => Ok(Part::Text(text.to_owned())),
+            Some(text) => Ok(ContentPart::Text {
+                text: text.to_owned(),
+            }),
             None => Err(format!(
                 "{prefix} is a text part and must set a string text field"
             )),
@@ -409,8 +312,10 @@ fn check_part(index: usize, part_index: usize, value: &Value) -> Result<Part, St
                 .and_then(table_fields)
                 .and_then(|image| string_field(image, "url"));
             match url {
-                Some(url) => Ok(Part::Image {
-                    url: url.to_owned(),
+                Some(url) => Ok(ContentPart::ImageUrl {
+                    image_url: ImageUrl {
+                        url: url.to_owned(),
+                    },
                 }),
                 None => Err(format!(
                     "{prefix} is an image_url part and must set an image_url table with a string \
@@ -437,9 +342,9 @@ fn check_call(index: usize, call_index: usize, value: &Value) -> Result<ToolCall
         return Err(format!("{prefix} must set a string name"));
     };
     let arguments = match field(fields, "arguments") {
-        None => Map::new(),
-        Some(Value::Object(map)) => map.clone(),
-        Some(Value::Array(items)) if items.is_empty() => Map::new(),
+        None => Value::Object(Map::new()),
+        Some(Value::Object(map)) => Value::Object(map.clone()),
+        Some(Value::Array(items)) if items.is_empty() => Value::Object(Map::new()),
         Some(_) => return Err(format!("{prefix} arguments must be a table")),
     };
     Ok(ToolCall {
@@ -490,24 +395,24 @@ impl Batch<'_> {
 }
 
 /// The number of system records that open the list.
-fn leading_system_count(records: &[Record]) -> usize {
+fn leading_system_count<M: Borrow<Message>>(records: &[M]) -> usize {
     records
         .iter()
-        .take_while(|record| record.role == Role::System)
+        .take_while(|record| matches!(Borrow::<Message>::borrow(*record), Message::System { .. }))
         .count()
 }
 
 /// The second layer: the rules across records, in the chapter's order.
-fn check_across(checked: &[Checked]) -> Result<(), String> {
+pub fn check_across(checked: &[Checked]) -> Result<(), String> {
     let leading = checked
         .iter()
-        .take_while(|c| c.record.role == Role::System)
+        .take_while(|c| matches!(*c.message, Message::System { .. }))
         .count();
     if leading >= 2
         && let Some(position) = checked
             .iter()
             .take(leading)
-            .position(|c| !c.record.content.is_text())
+            .position(|c| !matches!(content_of(&c.message), Content::Text(_)))
     {
         return Err(format!(
             "messages[{}] is a system message with content parts; only plain text system \
@@ -520,32 +425,33 @@ fn check_across(checked: &[Checked]) -> Result<(), String> {
     let mut batch: Option<Batch<'_>> = None;
     for (position, entry) in checked.iter().enumerate() {
         let n = position + 1;
-        let record = &entry.record;
-        if entry.sets_tool_calls && record.role != Role::Assistant {
+        let record = &*entry.message;
+        let role = role_of(record);
+        if entry.sets_tool_calls && role != Role::Assistant {
             return Err(format!(
                 "messages[{n}] sets tool_calls but is not an assistant message"
             ));
         }
-        if record.tool_call_id.is_some() && record.role != Role::Tool {
+        if entry.sets_tool_call_id && role != Role::Tool {
             return Err(format!(
                 "messages[{n}] sets a tool_call_id but is not a tool message"
             ));
         }
-        match record.role {
-            Role::System => {
+        match record {
+            Message::System { .. } => {
                 if position >= leading {
                     return Err(format!(
                         "messages[{n}] is a system message outside the leading system block"
                     ));
                 }
             }
-            Role::User => {
+            Message::User { .. } => {
                 if let Some(open) = batch.take() {
                     open.unanswered()?;
                 }
             }
-            Role::Assistant => {
-                for call in &record.tool_calls {
+            Message::Assistant { tool_calls, .. } => {
+                for call in tool_calls {
                     if !seen_ids.insert(call.id.as_str()) {
                         return Err(format!(
                             "messages[{n}] tool call id \"{}\" duplicates an earlier tool call",
@@ -556,19 +462,18 @@ fn check_across(checked: &[Checked]) -> Result<(), String> {
                 if let Some(open) = batch.take() {
                     open.unanswered()?;
                 }
-                if !record.tool_calls.is_empty() {
+                if !tool_calls.is_empty() {
                     batch = Some(Batch {
                         index: n,
-                        calls: record
-                            .tool_calls
+                        calls: tool_calls
                             .iter()
                             .map(|call| (call.id.as_str(), false))
                             .collect(),
                     });
                 }
             }
-            Role::Tool => {
-                let id = record.tool_call_id.as_deref().unwrap_or_default();
+            Message::Tool { tool_call_id, .. } => {
+                let id = tool_call_id.as_str();
                 let answered = batch.as_mut().is_some_and(|open| open.answer(id));
                 if !answered {
                     return Err(format!(
@@ -611,40 +516,78 @@ const BLANK_LINE: &str = "\n\n";
 /// separator is empty, so it adds no part.
 ///
 /// The input is never changed; the result is a new list.
-pub fn compose(records: &[Record]) -> Vec<Record> {
+///
+/// Records that stay apart are shared, not copied (`M` is [`Message`] or `Arc<Message>`).
+pub fn compose<M>(records: &[M]) -> Vec<M>
+where
+    M: Borrow<Message> + Clone + From<Message>,
+{
     let leading = leading_system_count(records);
-    let mut composed: Vec<Record> = Vec::with_capacity(records.len());
+    let mut composed: Vec<M> = Vec::with_capacity(records.len());
+    // A record merged into is built apart and put back once its run ends.
+    let mut open: Option<Message> = None;
     for (position, record) in records.iter().enumerate() {
-        if let Some(previous) = composed.last_mut()
-            && let Some(separator) = merge_separator(previous, record, position < leading)
+        let next = record.borrow();
+        let previous: Option<&Message> = match &open {
+            Some(merged) => Some(merged),
+            None => composed.last().map(|last| last.borrow()),
+        };
+        if let Some(previous) = previous
+            && let Some(separator) = merge_separator(previous, next, position < leading)
         {
-            merge_into(previous, record, separator);
+            let mut merged = match open.take() {
+                Some(merged) => merged,
+                None => match composed.pop() {
+                    Some(last) => last.borrow().clone(),
+                    None => continue,
+                },
+            };
+            merge_into(&mut merged, next, separator);
+            open = Some(merged);
             continue;
         }
+        if let Some(merged) = open.take() {
+            composed.push(M::from(merged));
+        }
         composed.push(record.clone());
+    }
+    if let Some(merged) = open.take() {
+        composed.push(M::from(merged));
     }
     composed
 }
 
 /// The separator when `next` merges into `previous`, or `None` when they stay apart.
 fn merge_separator(
-    previous: &Record,
-    next: &Record,
+    previous: &Message,
+    next: &Message,
     next_is_leading: bool,
 ) -> Option<&'static str> {
-    match (previous.role, next.role) {
-        (Role::System, Role::System) if next_is_leading => Some(BLANK_LINE),
-        (Role::User, Role::User) => Some(BLANK_LINE),
-        (Role::Assistant, Role::Assistant) if previous.tool_calls.is_empty() => Some(""),
+    match (previous, next) {
+        (Message::System { .. }, Message::System { .. }) if next_is_leading => Some(BLANK_LINE),
+        (Message::User { .. }, Message::User { .. }) => Some(BLANK_LINE),
+        (Message::Assistant { tool_calls, .. }, Message::Assistant { .. })
+            if tool_calls.is_empty() =>
+        {
+            Some("")
+        }
         _ => None,
     }
 }
 
 /// Merges `next` into `previous`: content joined by `separator`, tool calls appended.
-fn merge_into(previous: &mut Record, next: &Record, separator: &str) {
-    let content = std::mem::replace(&mut previous.content, Content::Text(String::new()));
-    previous.content = merge_content(content, &next.content, separator);
-    previous.tool_calls.extend(next.tool_calls.iter().cloned());
+fn merge_into(previous: &mut Message, next: &Message, separator: &str) {
+    let slot = match previous {
+        Message::System { content }
+        | Message::User { content }
+        | Message::Assistant { content, .. }
+        | Message::Tool { content, .. } => content,
+    };
+    let content = std::mem::replace(slot, Content::Text(String::new()));
+    *slot = merge_content(content, content_of(next), separator);
+    if let Message::Assistant { tool_calls, .. } = previous {
+        tool_calls.extend(tool_calls_of(next).iter().cloned());
+    }
 }
 
 fn merge_content(first: Content, second: &Content, separator: &str) -> Content {
@@ -663,7 +606,9 @@ fn merge_content(first: Content, second: &Content, separator: &str) -> Content {
         (first, second) => {
             let mut parts = into_parts(first);
             if !separator.is_empty() {
-                parts.push(Part::Text(separator.to_owned()));
+                parts.push(ContentPart::Text {
+                    text: separator.to_owned(),
+                });
             }
             parts.extend(into_parts(second.clone()));
             Content::Parts(parts)
@@ -672,10 +617,10 @@ fn merge_content(first: Content, second: &Content, separator: &str) -> Content {
 }
 
 /// Content as parts: an empty plain text adds none, other plain text one text part.
-fn into_parts(content: Content) -> Vec<Part> {
+fn into_parts(content: Content) -> Vec<ContentPart> {
     match content {
         Content::Text(text) if text.is_empty() => Vec::new(),
-        Content::Text(text) => vec![Part::Text(text)],
+        Content::Text(text) => vec![ContentPart::Text { text }],
         Content::Parts(parts) => parts,
     }
 }
@@ -703,8 +648,8 @@ pub fn tool_call_bytes(call: &ToolCall) -> u64 {
 /// The estimate for records already composed: their total counted UTF-8 bytes (plain string
 /// content, text parts' text, and each tool call's [`tool_call_bytes`]; images count nothing)
 /// divided by 4 once with the remainder dropped, plus 4 per record.
-pub fn estimate_tokens(composed: &[Record]) -> u64 {
-    let bytes: u64 = composed.iter().map(Record::estimate_bytes).sum();
+pub fn estimate_tokens<M: Borrow<Message>>(composed: &[M]) -> u64 {
+    let bytes: u64 = composed.iter().map(|m| estimate_bytes(m.borrow())).sum();
     (bytes / 4).saturating_add(TOKENS_PER_RECORD.saturating_mul(len_u64(composed.len())))
 }
 
@@ -720,32 +665,11 @@ pub fn fits(tokens: u64, context: u64, max_tokens: Option<u64>) -> bool {
     tokens.saturating_add(reply_room(context, max_tokens)) <= context
 }
 
-/// Token usage a provider reported for one round.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Usage {
-    /// Tokens of the request.
-    pub prompt_tokens: u64,
-    /// Tokens generated, reasoning included.
-    pub completion_tokens: u64,
-    /// The reasoning part of `completion_tokens`, when the provider reported it.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub reasoning_tokens: Option<u64>,
-}
-
-impl Usage {
-    /// Prompt plus completion tokens, less reasoning tokens (never sent back to the model).
-    pub fn conversation_tokens(&self) -> u64 {
-        self.prompt_tokens
-            .saturating_add(self.completion_tokens)
-            .saturating_sub(self.reasoning_tokens.unwrap_or(0))
-    }
-}
-
 /// What the last round that reported usage left behind.
-#[derive(Debug, Clone, PartialEq, Eq)]
-struct Remembered {
+#[derive(Debug, Clone, PartialEq)]
+struct Remembered<M> {
     model_id: String,
-    sent: Vec<Record>,
+    sent: Vec<M>,
     total: u64,
 }
 
@@ -754,12 +678,21 @@ struct Remembered {
 ///
 /// Keep one per conversation. Call [`UsageMemory::record_round`] after every round that
 /// returned a reply, with the composed records it sent.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct UsageMemory {
-    remembered: Option<Remembered>,
+///
+/// `M` is what a round sent: `Arc<Message>` in the VM, so remembering a round shares its
+/// records and comparing the next request with it is a pointer check per record.
+#[derive(Debug, Clone, PartialEq)]
+pub struct UsageMemory<M = Arc<Message>> {
+    remembered: Option<Remembered<M>>,
 }
 
-impl UsageMemory {
+impl<M> Default for UsageMemory<M> {
+    fn default() -> Self {
+        Self { remembered: None }
+    }
+}
+
+impl<M: Borrow<Message> + Clone + PartialEq> UsageMemory<M> {
     /// An empty memory: every request uses the estimate.
     pub fn new() -> Self {
         Self::default()
@@ -779,14 +712,14 @@ impl UsageMemory {
     /// records after the reply, when the memory is for this model and `composed` has more
     /// records than the round sent, starts with exactly those records, and continues with an
     /// assistant record; otherwise the estimate of `composed` alone.
-    pub fn request_tokens(&self, composed: &[Record], model_id: &str) -> u64 {
+    pub fn request_tokens(&self, composed: &[M], model_id: &str) -> u64 {
         if let Some(memory) = &self.remembered
             && memory.model_id == model_id
             && composed.starts_with(&memory.sent)
             && let Some((reply, rest)) = composed
                 .get(memory.sent.len()..)
-                .and_then(<[Record]>::split_first)
-            && reply.role == Role::Assistant
+                .and_then(<[M]>::split_first)
+            && matches!(reply.borrow(), Message::Assistant { .. })
         {
             return memory.total.saturating_add(estimate_tokens(rest));
         }
@@ -797,7 +730,7 @@ impl UsageMemory {
     /// context window (a total equal to the window passes).
     pub fn precheck(
         &self,
-        composed: &[Record],
+        composed: &[M],
         model_id: &str,
         context: u64,
         max_tokens: Option<u64>,
@@ -808,7 +741,7 @@ impl UsageMemory {
     /// Notes a round that returned a reply: it sent `sent` (composed) on `model_id`. With usage,
     /// the memory becomes this round's records and total. Without usage, the memory is kept when
     /// it is for the same model, and cleared when the round ran on a different model.
-    pub fn record_round(&mut self, sent: &[Record], model_id: &str, usage: Option<Usage>) {
+    pub fn record_round(&mut self, sent: &[M], model_id: &str, usage: Option<Usage>) {
         match usage {
             Some(usage) => {
                 self.remembered = Some(Remembered {
@@ -935,7 +868,7 @@ mod tests {
         check_list(&list).unwrap_err()
     }
 
-    fn ok(list: Value) -> Vec<Record> {
+    fn ok(list: Value) -> Vec<Message> {
         check_list(&list).unwrap()
     }
 
@@ -947,7 +880,17 @@ mod tests {
         ToolCall {
             id: id.to_owned(),
             name: "weather".to_owned(),
-            arguments: Map::new(),
+            arguments: Value::Object(Map::new()),
+        }
+    }
+
+    fn tool_record(text: &str, id: &str) -> Message {
+        Message::tool(id, text)
+    }
+
+    fn text_part(text: &str) -> ContentPart {
+        ContentPart::Text {
+            text: text.to_owned(),
         }
     }
 
@@ -1077,7 +1020,7 @@ mod tests {
             );
         }
         assert_eq!(
-            ok(json!([user("")]))[0].content,
+            *content_of(&ok(json!([user("")]))[0]),
             Content::Text(String::new())
         );
     }
@@ -1146,11 +1089,13 @@ mod tests {
             { "type": "image_url", "image_url": { "url": "data:image/png;base64,AA", "detail": "high" } },
         ] }]));
         assert_eq!(
-            records[0].content,
+            *content_of(&records[0]),
             Content::Parts(vec![
-                Part::Text("What does this chart show?".to_owned()),
-                Part::Image {
-                    url: "data:image/png;base64,AA".to_owned()
+                text_part("What does this chart show?"),
+                ContentPart::ImageUrl {
+                    image_url: ImageUrl {
+                        url: "data:image/png;base64,AA".to_owned()
+                    }
                 },
             ])
         );
@@ -1206,7 +1151,7 @@ mod tests {
         // An empty table is an empty sequence.
         let records =
             ok(json!([user("a"), { "role": "assistant", "content": "x", "tool_calls": {} }]));
-        assert!(records[1].tool_calls.is_empty());
+        assert!(tool_calls_of(&records[1]).is_empty());
     }
 
     #[test]
@@ -1267,10 +1212,10 @@ mod tests {
             ] },
             tool("c1"), tool("c2"), tool("c3"), tool("c4"),
         ]));
-        let calls = &records[1].tool_calls;
+        let calls = tool_calls_of(&records[1]);
         assert_eq!(calls[0].arguments.get("city"), Some(&json!("Paris")));
         for call in &calls[1..] {
-            assert!(call.arguments.is_empty());
+            assert_eq!(call.arguments, json!({}));
         }
     }
 
@@ -1388,7 +1333,9 @@ mod tests {
             user("And in Lyon?"),
         ]));
         assert_eq!(records.len(), 4);
-        assert_eq!(records[2].tool_call_id.as_deref(), Some("call_1"));
+        assert!(
+            matches!(&records[2], Message::Tool { tool_call_id, .. } if tool_call_id == "call_1")
+        );
     }
 
     #[test]
@@ -1661,7 +1608,7 @@ mod tests {
 
     // ----- composing -----
 
-    fn records(list: Value) -> Vec<Record> {
+    fn records(list: Value) -> Vec<Message> {
         check_list(&list).unwrap()
     }
 
@@ -1676,8 +1623,8 @@ mod tests {
         assert_eq!(
             compose(&list),
             vec![
-                Record::system("You are terse.\n\nAnswer in French."),
-                Record::user("Hello.\n\nWhat time is it?"),
+                Message::system("You are terse.\n\nAnswer in French."),
+                Message::user("Hello.\n\nWhat time is it?"),
             ]
         );
         assert_eq!(list.len(), 4);
@@ -1686,48 +1633,52 @@ mod tests {
     #[test]
     fn well_formed_list_reaches_the_model_as_written() {
         let list = vec![
-            Record::system("s"),
-            Record::user("a"),
-            Record::assistant("b"),
-            Record::user("c"),
+            Message::system("s"),
+            Message::user("a"),
+            Message::assistant("b"),
+            Message::user("c"),
         ];
         assert_eq!(compose(&list), list);
     }
 
     #[test]
     fn compose_never_mutates_its_input() {
-        let list = vec![Record::user("a"), Record::user("b")];
+        let list = vec![Message::user("a"), Message::user("b")];
         let copy = list.clone();
         let composed = compose(&list);
         assert_eq!(list, copy);
-        assert_eq!(composed, vec![Record::user("a\n\nb")]);
+        assert_eq!(composed, vec![Message::user("a\n\nb")]);
     }
 
     #[test]
     fn empty_plain_text_adds_nothing() {
         assert_eq!(
-            compose(&[Record::user(""), Record::user("x")]),
-            vec![Record::user("x")]
+            compose(&[Message::user(""), Message::user("x")]),
+            vec![Message::user("x")]
         );
         assert_eq!(
-            compose(&[Record::user("x"), Record::user(""), Record::user("y")]),
-            vec![Record::user("x\n\ny")]
+            compose(&[Message::user("x"), Message::user(""), Message::user("y")]),
+            vec![Message::user("x\n\ny")]
         );
         assert_eq!(
-            compose(&[Record::user(""), Record::user("")]),
-            vec![Record::user("")]
+            compose(&[Message::user(""), Message::user("")]),
+            vec![Message::user("")]
         );
         assert_eq!(
-            compose(&[Record::system(""), Record::system("b"), Record::user("u")]),
-            vec![Record::system("b"), Record::user("u")]
+            compose(&[
+                Message::system(""),
+                Message::system("b"),
+                Message::user("u")
+            ]),
+            vec![Message::system("b"), Message::user("u")]
         );
     }
 
     #[test]
     fn three_user_records_merge_into_one() {
         assert_eq!(
-            compose(&[Record::user("a"), Record::user("b"), Record::user("c")]),
-            vec![Record::user("a\n\nb\n\nc")]
+            compose(&[Message::user("a"), Message::user("b"), Message::user("c")]),
+            vec![Message::user("a\n\nb\n\nc")]
         );
     }
 
@@ -1735,31 +1686,31 @@ mod tests {
     fn text_only_assistant_records_join_directly() {
         assert_eq!(
             compose(&[
-                Record::user("u"),
-                Record::assistant("Hel"),
-                Record::assistant("lo"),
-                Record::assistant("!"),
+                Message::user("u"),
+                Message::assistant("Hel"),
+                Message::assistant("lo"),
+                Message::assistant("!"),
             ]),
-            vec![Record::user("u"), Record::assistant("Hello!")]
+            vec![Message::user("u"), Message::assistant("Hello!")]
         );
     }
 
     #[test]
     fn assistant_text_merges_into_the_following_tool_call_record() {
         let list = vec![
-            Record::user("u"),
-            Record::assistant("Let me check."),
-            Record::assistant_calls("", vec![call("c1"), call("c2")]),
-            Record::tool("r1", "c1"),
-            Record::tool("r2", "c2"),
+            Message::user("u"),
+            Message::assistant("Let me check."),
+            Message::assistant_tool_calls("", vec![call("c1"), call("c2")]),
+            tool_record("r1", "c1"),
+            tool_record("r2", "c2"),
         ];
         assert_eq!(
             compose(&list),
             vec![
-                Record::user("u"),
-                Record::assistant_calls("Let me check.", vec![call("c1"), call("c2")]),
-                Record::tool("r1", "c1"),
-                Record::tool("r2", "c2"),
+                Message::user("u"),
+                Message::assistant_tool_calls("Let me check.", vec![call("c1"), call("c2")]),
+                tool_record("r1", "c1"),
+                tool_record("r2", "c2"),
             ]
         );
     }
@@ -1767,8 +1718,8 @@ mod tests {
     #[test]
     fn tool_call_record_does_not_absorb_a_later_assistant_record() {
         let list = vec![
-            Record::assistant_calls("a", vec![call("c1")]),
-            Record::assistant("b"),
+            Message::assistant_tool_calls("a", vec![call("c1")]),
+            Message::assistant("b"),
         ];
         assert_eq!(compose(&list), list);
     }
@@ -1776,113 +1727,112 @@ mod tests {
     #[test]
     fn tool_records_never_merge() {
         let list = vec![
-            Record::user("u"),
-            Record::assistant_calls("", vec![call("c1"), call("c2")]),
-            Record::tool("same", "c1"),
-            Record::tool("same", "c2"),
-            Record::assistant("done"),
+            Message::user("u"),
+            Message::assistant_tool_calls("", vec![call("c1"), call("c2")]),
+            tool_record("same", "c1"),
+            tool_record("same", "c2"),
+            Message::assistant("done"),
         ];
         assert_eq!(compose(&list), list);
     }
 
     #[test]
     fn system_records_outside_the_leading_block_do_not_merge() {
-        let list = vec![Record::user("u"), Record::system("a"), Record::system("b")];
+        let list = vec![
+            Message::user("u"),
+            Message::system("a"),
+            Message::system("b"),
+        ];
         assert_eq!(compose(&list), list);
     }
 
     #[test]
     fn lone_leading_system_record_keeps_its_parts() {
-        let system = Record {
-            content: Content::Parts(vec![Part::Text("s".to_owned())]),
-            ..Record::system("")
+        let system = Message::System {
+            content: Content::Parts(vec![text_part("s")]),
         };
-        let list = vec![system, Record::user("u")];
+        let list = vec![system, Message::user("u")];
         assert_eq!(compose(&list), list);
     }
 
-    fn image() -> Part {
-        Part::Image {
-            url: "data:image/png;base64,AA".to_owned(),
+    fn image() -> ContentPart {
+        ContentPart::ImageUrl {
+            image_url: ImageUrl {
+                url: "data:image/png;base64,AA".to_owned(),
+            },
         }
     }
 
-    fn parts_user(parts: Vec<Part>) -> Record {
-        Record {
+    fn parts_user(parts: Vec<ContentPart>) -> Message {
+        Message::User {
             content: Content::Parts(parts),
-            ..Record::user("")
         }
     }
 
     #[test]
     fn parts_merge_with_the_separator_as_its_own_part() {
-        let merged = compose(&[Record::user("a"), parts_user(vec![image()])]);
+        let merged = compose(&[Message::user("a"), parts_user(vec![image()])]);
         assert_eq!(
             merged,
-            vec![parts_user(vec![
-                Part::Text("a".to_owned()),
-                Part::Text("\n\n".to_owned()),
-                image(),
-            ])]
+            vec![parts_user(
+                vec![text_part("a"), text_part("\n\n"), image(),]
+            )]
         );
-        let merged = compose(&[parts_user(vec![image()]), Record::user("b")]);
+        let merged = compose(&[parts_user(vec![image()]), Message::user("b")]);
         assert_eq!(
             merged,
-            vec![parts_user(vec![
-                image(),
-                Part::Text("\n\n".to_owned()),
-                Part::Text("b".to_owned()),
-            ])]
+            vec![parts_user(
+                vec![image(), text_part("\n\n"), text_part("b"),]
+            )]
         );
     }
 
     #[test]
     fn separator_part_is_inserted_even_beside_empty_text() {
         assert_eq!(
-            compose(&[Record::user(""), parts_user(vec![image()])]),
-            vec![parts_user(vec![Part::Text("\n\n".to_owned()), image()])]
+            compose(&[Message::user(""), parts_user(vec![image()])]),
+            vec![parts_user(vec![text_part("\n\n"), image()])]
         );
         assert_eq!(
-            compose(&[parts_user(vec![image()]), Record::user("")]),
-            vec![parts_user(vec![image(), Part::Text("\n\n".to_owned())])]
+            compose(&[parts_user(vec![image()]), Message::user("")]),
+            vec![parts_user(vec![image(), text_part("\n\n")])]
         );
     }
 
     #[test]
     fn parts_runs_keep_arrival_order() {
         let merged = compose(&[
-            Record::user("a"),
-            parts_user(vec![Part::Text("t".to_owned()), image()]),
-            Record::user("c"),
+            Message::user("a"),
+            parts_user(vec![text_part("t"), image()]),
+            Message::user("c"),
         ]);
         assert_eq!(
             merged,
             vec![parts_user(vec![
-                Part::Text("a".to_owned()),
-                Part::Text("\n\n".to_owned()),
-                Part::Text("t".to_owned()),
+                text_part("a"),
+                text_part("\n\n"),
+                text_part("t"),
                 image(),
-                Part::Text("\n\n".to_owned()),
-                Part::Text("c".to_owned()),
+                text_part("\n\n"),
+                text_part("c"),
             ])]
         );
     }
 
     #[test]
     fn assistant_parts_merge_without_a_separator_part() {
-        let parts_assistant = Record {
-            content: Content::Parts(vec![Part::Text("b".to_owned())]),
-            ..Record::assistant("")
+        let parts_assistant = Message::Assistant {
+            content: Content::Parts(vec![text_part("b")]),
+            tool_calls: Vec::new(),
+            reasoning: Vec::new(),
         };
-        let merged = compose(&[Record::assistant("a"), parts_assistant]);
+        let merged = compose(&[Message::assistant("a"), parts_assistant]);
         assert_eq!(
             merged,
-            vec![Record {
-                content: Content::Parts(vec![
-                    Part::Text("a".to_owned()),
-                    Part::Text("b".to_owned())
-                ]),
-                ..Record::assistant("")
+            vec![Message::Assistant {
+                content: Content::Parts(vec![text_part("a"), text_part("b")]),
+                tool_calls: Vec::new(),
+                reasoning: Vec::new(),
             }]
         );
     }
@@ -1891,7 +1841,7 @@ mod tests {
 
     #[test]
     fn worked_example_396_characters() {
-        let record = Record::user("x".repeat(396));
+        let record = Message::user("x".repeat(396));
         assert_eq!(estimate_tokens(std::slice::from_ref(&record)), 103);
         let memory = UsageMemory::new();
         assert!(memory.precheck(std::slice::from_ref(&record), "m", 123, Some(20)));
@@ -1901,14 +1851,14 @@ mod tests {
     #[test]
     fn division_runs_once_over_the_whole_conversation() {
         // 3 + 3 bytes: once over the whole is 6 / 4 = 1, per record would be 0.
-        let list = [Record::user("abc"), Record::assistant("def")];
+        let list = [Message::user("abc"), Message::assistant("def")];
         assert_eq!(estimate_tokens(&list), 1 + 8);
-        assert_eq!(estimate_tokens(&[]), 0);
+        assert_eq!(estimate_tokens::<Message>(&[]), 0);
     }
 
     #[test]
     fn merged_records_pay_the_overhead_once() {
-        let list = [Record::user("abcd"), Record::user("efgh")];
+        let list = [Message::user("abcd"), Message::user("efgh")];
         let composed = compose(&list);
         // "abcd\n\nefgh" is 10 bytes: 2 tokens plus 4 for one record.
         assert_eq!(estimate_tokens(&composed), 6);
@@ -1916,14 +1866,14 @@ mod tests {
 
     #[test]
     fn non_ascii_text_counts_bytes() {
-        assert_eq!(estimate_tokens(&[Record::user("éé")]), 1 + 4);
-        assert_eq!(Record::user("日本").estimate_bytes(), 6);
+        assert_eq!(estimate_tokens(&[Message::user("éé")]), 1 + 4);
+        assert_eq!(estimate_bytes(&Message::user("日本")), 6);
     }
 
     #[test]
     fn images_count_nothing_and_text_parts_count() {
-        let record = parts_user(vec![Part::Text("abcdefgh".to_owned()), image()]);
-        assert_eq!(record.estimate_bytes(), 8);
+        let record = parts_user(vec![text_part("abcdefgh"), image()]);
+        assert_eq!(estimate_bytes(&record), 8);
         assert_eq!(estimate_tokens(&[record]), 2 + 4);
     }
 
@@ -1934,18 +1884,18 @@ mod tests {
         let weather = ToolCall {
             id: "call_1".to_owned(),
             name: "weather".to_owned(),
-            arguments,
+            arguments: Value::Object(arguments),
         };
         let text = r#"{"id":"call_1","name":"weather","arguments":{"city":"Paris"}}"#;
         assert_eq!(tool_call_bytes(&weather), len_u64(text.len()));
-        let record = Record::assistant_calls("ok", vec![weather, call("c")]);
+        let record = Message::assistant_tool_calls("ok", vec![weather, call("c")]);
         let empty = r#"{"id":"c","name":"weather","arguments":{}}"#;
         assert_eq!(
-            record.estimate_bytes(),
+            estimate_bytes(&record),
             2 + len_u64(text.len()) + len_u64(empty.len())
         );
         // tool_call_id and role count nothing.
-        assert_eq!(Record::tool("abcd", "a-long-call-id").estimate_bytes(), 4);
+        assert_eq!(estimate_bytes(&tool_record("abcd", "a-long-call-id")), 4);
     }
 
     #[test]
@@ -1966,8 +1916,8 @@ mod tests {
     #[test]
     fn max_tokens_at_the_window_cannot_refuse_an_empty_request() {
         let memory = UsageMemory::new();
-        assert!(memory.precheck(&[Record::user("")], "m", 100, Some(100)));
-        assert!(memory.precheck(&[Record::user("")], "m", 100, Some(u64::from(u32::MAX))));
+        assert!(memory.precheck(&[Message::user("")], "m", 100, Some(100)));
+        assert!(memory.precheck(&[Message::user("")], "m", 100, Some(u64::from(u32::MAX))));
     }
 
     #[test]
@@ -1984,7 +1934,7 @@ mod tests {
         let prose = "Explain what a compiler does in two short paragraphs, covering parsing, \
                      checking, and code generation. "
             .repeat(40);
-        let request = compose(&[Record::user(prose)]);
+        let request = compose(&[Message::user(prose)]);
         let memory = UsageMemory::new();
         assert!(!memory.precheck(&request, "scripted-small", 100, None));
         assert!(memory.precheck(&request, "scripted", 128_000, None));
@@ -2011,19 +1961,19 @@ mod tests {
     #[test]
     fn estimate_alone_before_any_usage() {
         let memory = UsageMemory::new();
-        let list = [Record::user("abcdefgh"), Record::assistant("ab")];
+        let list = [Message::user("abcdefgh"), Message::assistant("ab")];
         assert_eq!(memory.request_tokens(&list, "m"), estimate_tokens(&list));
         assert!(memory.is_empty());
     }
 
     #[test]
     fn usage_counts_from_the_provider_total_after_the_reply() {
-        let sent = vec![Record::system("s"), Record::user("question")];
+        let sent = vec![Message::system("s"), Message::user("question")];
         let mut memory = UsageMemory::new();
         memory.record_round(&sent, "m", usage(1000, 200, Some(50)));
-        let rest = vec![Record::tool("abcdefgh", "c1")];
+        let rest = vec![tool_record("abcdefgh", "c1")];
         let mut next = sent.clone();
-        next.push(Record::assistant_calls("", vec![call("c1")]));
+        next.push(Message::assistant_tool_calls("", vec![call("c1")]));
         next.extend(rest.clone());
         assert_eq!(
             memory.request_tokens(&next, "m"),
@@ -2036,7 +1986,7 @@ mod tests {
 
     #[test]
     fn usage_needs_more_records_than_were_sent() {
-        let sent = vec![Record::user("question")];
+        let sent = vec![Message::user("question")];
         let mut memory = UsageMemory::new();
         memory.record_round(&sent, "m", usage(1000, 200, None));
         assert_eq!(memory.request_tokens(&sent, "m"), estimate_tokens(&sent));
@@ -2045,15 +1995,15 @@ mod tests {
 
     #[test]
     fn usage_needs_the_sent_records_as_prefix() {
-        let sent = vec![Record::user("question")];
+        let sent = vec![Message::user("question")];
         let mut memory = UsageMemory::new();
         memory.record_round(&sent, "m", usage(1000, 200, None));
-        let rewritten = vec![Record::user("question, edited"), Record::assistant("a")];
+        let rewritten = vec![Message::user("question, edited"), Message::assistant("a")];
         assert_eq!(
             memory.request_tokens(&rewritten, "m"),
             estimate_tokens(&rewritten)
         );
-        let shortened = vec![Record::assistant("a"), Record::user("b")];
+        let shortened = vec![Message::assistant("a"), Message::user("b")];
         assert_eq!(
             memory.request_tokens(&shortened, "m"),
             estimate_tokens(&shortened)
@@ -2062,13 +2012,13 @@ mod tests {
 
     #[test]
     fn usage_needs_an_assistant_record_right_after() {
-        let sent = vec![Record::user("question")];
+        let sent = vec![Message::user("question")];
         let mut memory = UsageMemory::new();
         memory.record_round(&sent, "m", usage(1000, 200, None));
         let next = vec![
-            Record::user("question"),
-            Record::system("s"),
-            Record::assistant("a"),
+            Message::user("question"),
+            Message::system("s"),
+            Message::assistant("a"),
         ];
         assert_eq!(memory.request_tokens(&next, "m"), estimate_tokens(&next));
     }
@@ -2078,27 +2028,31 @@ mod tests {
         // The round sent [user a]; appending another user record without a reply composes to
         // [user "a\n\nb"], which no longer starts with the sent records.
         let mut memory = UsageMemory::new();
-        let sent = compose(&[Record::user("a")]);
+        let sent = compose(&[Message::user("a")]);
         memory.record_round(&sent, "m", usage(1000, 0, None));
-        let next = compose(&[Record::user("a"), Record::user("b"), Record::assistant("x")]);
+        let next = compose(&[
+            Message::user("a"),
+            Message::user("b"),
+            Message::assistant("x"),
+        ]);
         assert_eq!(memory.request_tokens(&next, "m"), estimate_tokens(&next));
     }
 
     #[test]
     fn round_without_usage_keeps_the_memory() {
         let mut memory = UsageMemory::new();
-        let first = vec![Record::user("question")];
+        let first = vec![Message::user("question")];
         memory.record_round(&first, "m", usage(500, 100, None));
 
         let mut second = first.clone();
-        second.push(Record::assistant_calls("", vec![call("c1")]));
-        second.push(Record::tool("r1", "c1"));
+        second.push(Message::assistant_tool_calls("", vec![call("c1")]));
+        second.push(tool_record("r1", "c1"));
         memory.record_round(&second, "m", None);
         assert!(!memory.is_empty());
 
         let mut third = second.clone();
-        third.push(Record::assistant_calls("", vec![call("c2")]));
-        third.push(Record::tool("r2", "c2"));
+        third.push(Message::assistant_tool_calls("", vec![call("c2")]));
+        third.push(tool_record("r2", "c2"));
         assert_eq!(
             memory.request_tokens(&third, "m"),
             600 + estimate_tokens(&third[2..])
@@ -2108,25 +2062,25 @@ mod tests {
     #[test]
     fn a_later_usage_round_replaces_the_memory() {
         let mut memory = UsageMemory::new();
-        let first = vec![Record::user("q")];
+        let first = vec![Message::user("q")];
         memory.record_round(&first, "m", usage(500, 100, None));
         let mut second = first.clone();
-        second.push(Record::assistant_calls("", vec![call("c1")]));
-        second.push(Record::tool("r1", "c1"));
+        second.push(Message::assistant_tool_calls("", vec![call("c1")]));
+        second.push(tool_record("r1", "c1"));
         memory.record_round(&second, "m", usage(700, 10, None));
         let mut third = second.clone();
-        third.push(Record::assistant("done"));
+        third.push(Message::assistant("done"));
         assert_eq!(memory.request_tokens(&third, "m"), 710);
     }
 
     #[test]
     fn model_switch_uses_the_estimate_and_clears() {
         let mut memory = UsageMemory::new();
-        let first = vec![Record::user("q")];
+        let first = vec![Message::user("q")];
         memory.record_round(&first, "writer", usage(5000, 100, None));
         let mut next = first.clone();
-        next.push(Record::assistant("a"));
-        next.push(Record::user("more"));
+        next.push(Message::assistant("a"));
+        next.push(Message::user("more"));
         assert_eq!(memory.request_tokens(&next, "writer"), 5100 + 1 + 4);
         assert_eq!(
             memory.request_tokens(&next, "reviewer"),
@@ -2136,7 +2090,7 @@ mod tests {
         memory.record_round(&next, "reviewer", None);
         assert!(memory.is_empty());
         let mut after = next.clone();
-        after.push(Record::assistant("b"));
+        after.push(Message::assistant("b"));
         assert_eq!(
             memory.request_tokens(&after, "writer"),
             estimate_tokens(&after)
@@ -2146,8 +2100,8 @@ mod tests {
     #[test]
     fn round_without_usage_on_the_same_model_keeps_and_clear_forgets() {
         let mut memory = UsageMemory::new();
-        memory.record_round(&[Record::user("q")], "m", usage(1, 1, None));
-        memory.record_round(&[Record::user("q")], "m", None);
+        memory.record_round(&[Message::user("q")], "m", usage(1, 1, None));
+        memory.record_round(&[Message::user("q")], "m", None);
         assert!(!memory.is_empty());
         memory.clear();
         assert!(memory.is_empty());
@@ -2156,10 +2110,10 @@ mod tests {
     #[test]
     fn provider_total_can_refuse_what_the_estimate_admits() {
         let mut memory = UsageMemory::new();
-        let first = vec![Record::user("q")];
+        let first = vec![Message::user("q")];
         let mut next = first.clone();
-        next.push(Record::assistant("a"));
-        next.push(Record::user("b"));
+        next.push(Message::assistant("a"));
+        next.push(Message::user("b"));
         assert!(memory.precheck(&next, "m", 1000, Some(10)));
         memory.record_round(&first, "m", usage(980, 10, None));
         // 990 + (1 / 4 + 4) = 994, plus 10 room = 1004 > 1000.
@@ -2281,10 +2235,10 @@ mod tests {
     #[test]
     fn records_serialize_in_the_chapter_shape_and_round_trip() {
         let list = vec![
-            Record::system("s"),
-            parts_user(vec![Part::Text("t".to_owned()), image()]),
-            Record::assistant_calls("", vec![call("c1")]),
-            Record::tool("r", "c1"),
+            Message::system("s"),
+            parts_user(vec![text_part("t"), image()]),
+            Message::assistant_tool_calls("", vec![call("c1")]),
+            tool_record("r", "c1"),
         ];
         let value = serde_json::to_value(&list).unwrap();
         assert_eq!(
@@ -2301,7 +2255,7 @@ mod tests {
                 { "role": "tool", "content": "r", "tool_call_id": "c1" },
             ])
         );
-        let back: Vec<Record> = serde_json::from_value(value.clone()).unwrap();
+        let back: Vec<Message> = serde_json::from_value(value.clone()).unwrap();
         assert_eq!(back, list);
         // The serialized form passes the check unchanged.
         assert_eq!(check_list(&value).unwrap(), list);

@@ -92,6 +92,18 @@ pub fn to_json(value: &Value, root: &str) -> Result<Json, NotJson> {
     convert(value, &mut path, &mut ancestors)
 }
 
+/// [`to_json`] for a value held inside the table at `parent`, as converting the parent would
+/// reach it: one level of nesting already used, and a reference back to the parent a cycle.
+pub(crate) fn to_json_within(
+    value: &Value,
+    root: &str,
+    parent: *const c_void,
+) -> Result<Json, NotJson> {
+    let mut path = root.to_owned();
+    let mut ancestors = vec![parent];
+    convert(value, &mut path, &mut ancestors)
+}
+
 fn not_json(path: &str, type_name: impl Into<String>) -> NotJson {
     NotJson {
         path: path.to_owned(),

@@ -7,6 +7,7 @@
 
 pub mod conversation;
 pub mod json;
+mod loop_list;
 pub mod models;
 pub mod order;
 pub mod raise;

@@ -19,12 +19,15 @@ use promptforge_syntax::LuaRegion;
 use promptforge_syntax::heading_ref::parse_heading_ref;
 use serde_json::Value as Json;
 
-use crate::conversation::{self, Record, UsageMemory};
+use crate::conversation::{self, UsageMemory};
 pub use crate::errors::{Answer, ErrorValue, RunErrorKind};
 use crate::json::{self, lua_type_name};
+use crate::loop_list::LoopList;
 use crate::models::{self, ModelsState, Sampling};
 use crate::raise::find_raise;
 use crate::substitution::{self, Data, Sources, SysLookup};
+use promptforge_protocol::conversation::{Message, ToolSpec, Usage};
+use promptforge_protocol::effect::{ModelRound, ModelTarget};
 
 /// The memory ceiling of one section VM.
 pub const MEMORY_LIMIT: usize = 64 * 1024 * 1024;
@@ -264,6 +267,9 @@ pub struct Request {
     /// Where the call was made: the region label and the prompt file line of the innermost
     /// frame in one of the prompt's regions.
     pub site: Option<(String, u32)>,
+    /// For `model.loop` and `model.infer`: the round, decoded once from what the shim yielded
+    /// (its composed messages never pass through JSON), or why it could not be.
+    pub round: Option<Result<ModelRound, String>>,
 }
 
 /// The first value a block returned, rendered by the scalar return rule.
@@ -379,8 +385,6 @@ struct Shared {
     selection: Option<(String, Sampling)>,
     /// Provider-reported usage for the precheck (chapter 11).
     usage: UsageMemory,
-    /// The records the last composed round would send.
-    last_composed: Vec<Record>,
     /// The run's `untrusted` nonce.
     nonce: String,
     /// A `jump` target recorded by the running block (it wins over the block's own end).
@@ -505,7 +509,6 @@ impl SectionVm {
             models: cfg.models.clone(),
             selection: None,
             usage: UsageMemory::new(),
-            last_composed: Vec::new(),
             nonce: cfg.nonce.clone(),
             jump: None,
             item: cfg.item.clone(),
@@ -693,19 +696,42 @@ impl SectionVm {
                         }
                         t.into_lua_multi(lua)
                     }
-                    "loop_fits" => (Value::Boolean(true), loop_fits(&s, &a)).into_lua_multi(lua),
-                    "loop_compose" => match loop_compose(&s, &a, &b)? {
-                        Ok((composed, fits)) => (composed, fits).into_lua_multi(lua),
-                        Err(message) => (Value::Nil, message).into_lua_multi(lua),
-                    },
+                    "loop_list" => lua
+                        .create_userdata(LoopList::default())?
+                        .into_lua_multi(lua),
+                    "loop_fits" => {
+                        let Value::UserData(state) = &a else {
+                            return (Value::Nil, "models.loop state missing").into_lua_multi(lua);
+                        };
+                        let list = state.borrow::<LoopList>()?;
+                        (Value::Boolean(true), loop_fits(&s, &list, &b)).into_lua_multi(lua)
+                    }
+                    "loop_compose" => {
+                        let Value::UserData(state) = &a else {
+                            return (Value::Nil, "models.loop state missing").into_lua_multi(lua);
+                        };
+                        let mut list = state.borrow_mut::<LoopList>()?;
+                        match list.check(&b)? {
+                            Ok(()) => {
+                                (Value::Boolean(true), loop_fits(&s, &list, &c)).into_lua_multi(lua)
+                            }
+                            Err(message) => (Value::Nil, message).into_lua_multi(lua),
+                        }
+                    }
                     "loop_record" => {
-                        let target = json::to_json(&a, "model").unwrap_or(Json::Null);
-                        let usage = json::to_json(&b, "usage")
+                        let Value::UserData(state) = &a else {
+                            return Ok(MultiValue::new());
+                        };
+                        let list = state.borrow::<LoopList>()?;
+                        let target = json::to_json(&b, "model").unwrap_or(Json::Null);
+                        let usage = json::to_json(&c, "usage")
                             .ok()
-                            .and_then(|u| serde_json::from_value::<conversation::Usage>(u).ok());
-                        let mut st = s.borrow_mut();
-                        let sent = std::mem::take(&mut st.last_composed);
-                        st.usage.record_round(&sent, &usage_key(&target), usage);
+                            .and_then(|u| serde_json::from_value::<Usage>(u).ok());
+                        s.borrow_mut().usage.record_round(
+                            list.composed(),
+                            &usage_key(&target),
+                            usage,
+                        );
                         Ok(MultiValue::new())
                     }
                     "loop_check_calls" => {
@@ -1033,21 +1059,20 @@ impl SectionVm {
                 Some(Value::String(op)) => op.to_string_lossy(),
                 _ => String::new(),
             };
-            let mut payload = values
-                .next()
-                .map(|v| json::to_json(&v, "request").unwrap_or(Json::Null))
-                .unwrap_or(Json::Null);
-            if op == "model.loop"
-                && let Json::Object(map) = &mut payload
-            {
-                let composed = &self.shared.borrow().last_composed;
-                map.insert(
-                    "messages".to_owned(),
-                    serde_json::to_value(composed).unwrap_or(Json::Null),
-                );
-            }
+            let value = values.next().unwrap_or(Value::Nil);
+            let (payload, round) = match (op.as_str(), &value) {
+                ("model.loop" | "model.infer", Value::Table(request)) => {
+                    (Json::Null, Some(model_round(op == "model.infer", request)))
+                }
+                _ => (json::to_json(&value, "request").unwrap_or(Json::Null), None),
+            };
             let site = self.shared.borrow_mut().call_site.take();
-            return BlockStep::Suspended(Request { op, payload, site });
+            return BlockStep::Suspended(Request {
+                op,
+                payload,
+                site,
+                round,
+            });
         }
         self.current = None;
         self.shared.borrow_mut().prose = Prose::Unset;
@@ -1424,39 +1449,67 @@ fn usage_key(target: &Json) -> String {
     format!("{name}\u{0}{model}")
 }
 
-/// Check a `models.loop` list and compose what the next round sends. With a target model,
-/// also run the precheck: `(composed, fits)`.
-fn loop_compose(
-    shared: &Rc<RefCell<Shared>>,
-    list: &Value,
-    target: &Value,
-) -> mlua::Result<Result<(Value, bool), String>> {
-    let Ok(data) = json::to_json(list, "messages") else {
-        return Ok(Err("messages must be a JSON-representable table".to_owned()));
-    };
-    let records = match conversation::check_list(&data) {
-        Ok(records) => records,
-        Err(message) => return Ok(Err(message)),
-    };
-    // The composed records stay on the Rust side: the round's request takes them from here
-    // (see `resume`), so they are never converted back into Lua.
-    shared.borrow_mut().last_composed = conversation::compose(&records);
-    Ok(Ok((Value::Boolean(true), loop_fits(shared, target))))
-}
-
-/// Whether the records last composed fit `target`'s context window (the request precheck);
-/// true when there is no target yet. `models.loop`'s first round asks this alone: its list
-/// was composed by the argument check just before, and nothing has changed it since.
-fn loop_fits(shared: &Rc<RefCell<Shared>>, target: &Value) -> bool {
+/// Whether the records `list` last composed fit `target`'s context window (the request
+/// precheck); true when there is no target yet. `models.loop`'s first round asks this alone:
+/// its list was composed by the argument check just before, and nothing has changed it since.
+fn loop_fits(shared: &Rc<RefCell<Shared>>, list: &LoopList, target: &Value) -> bool {
     let Value::Table(_) = target else {
         return true;
     };
     let target = json::to_json(target, "model").unwrap_or(Json::Null);
     let context = target.get("context").and_then(Json::as_u64).unwrap_or(1);
     let max_tokens = target.get("max_tokens").and_then(Json::as_u64);
-    let st = shared.borrow();
-    st.usage
-        .precheck(&st.last_composed, &usage_key(&target), context, max_tokens)
+    list.fits(
+        &shared.borrow().usage,
+        &usage_key(&target),
+        context,
+        max_tokens,
+    )
+}
+
+/// A `model.loop` or `model.infer` request as the round it asks for. The shim yields
+/// `{model, tools, messages}` for a loop round (`messages` the loop's [`LoopList`]) and
+/// `{model, prompt}` for an infer round.
+fn model_round(infer: bool, request: &Table) -> Result<ModelRound, String> {
+    let what = if infer { "model.infer" } else { "model.loop" };
+    let malformed = |e: &dyn std::fmt::Display| format!("malformed {what} request: {e}");
+    let field = |key: &str| -> Result<Json, String> {
+        let value: Value = request.raw_get(key).map_err(|e| malformed(&e))?;
+        json::to_json(&value, key).map_err(|e| malformed(&e))
+    };
+    let model: ModelTarget = serde_json::from_value(field("model")?).map_err(|e| malformed(&e))?;
+    if infer {
+        let prompt = match field("prompt")? {
+            Json::String(prompt) => prompt,
+            _ => String::new(),
+        };
+        return Ok(ModelRound {
+            infer: true,
+            model,
+            messages: vec![Arc::new(Message::user(prompt))],
+            tools: Vec::new(),
+        });
+    }
+    let tools = match field("tools")? {
+        Json::Array(items) => items
+            .into_iter()
+            .map(serde_json::from_value::<ToolSpec>)
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| malformed(&e))?,
+        _ => Vec::new(),
+    };
+    let list: mlua::AnyUserData = request.raw_get("messages").map_err(|e| malformed(&e))?;
+    let messages = list
+        .borrow::<LoopList>()
+        .map_err(|e| malformed(&e))?
+        .composed()
+        .to_vec();
+    Ok(ModelRound {
+        infer: false,
+        model,
+        messages,
+        tools,
+    })
 }
 
 /// Check the tool calls of a model reply (chapter 11, "What the loop appends").
@@ -1479,7 +1532,7 @@ fn check_calls(calls: &Json) -> Result<(), String> {
                 .and_then(Json::as_str)
                 .unwrap_or_default()
                 .to_owned(),
-            arguments,
+            arguments: Json::Object(arguments),
         });
     }
     conversation::check_reply_calls(&parsed)

@@ -37,7 +37,7 @@ impl From<Option<bool>> for ThinkingSwitch {
 }
 
 /// One record of the conversation, tagged by its `role`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "role", rename_all = "lowercase")]
 pub enum Message {
     /// Instructions for the model; only in the leading block.
@@ -66,10 +66,10 @@ pub enum Message {
     },
     /// The result of one tool call.
     Tool {
-        /// The `id` of the call this record answers.
-        tool_call_id: String,
         /// The result text the model receives.
         content: Content,
+        /// The `id` of the call this record answers.
+        tool_call_id: String,
     },
 }
 
@@ -111,6 +111,16 @@ impl Message {
         Self::Tool {
             tool_call_id: tool_call_id.into(),
             content: Content::Text(text.into()),
+        }
+    }
+
+    /// The record's content.
+    pub fn content(&self) -> &Content {
+        match self {
+            Self::System { content }
+            | Self::User { content }
+            | Self::Assistant { content, .. }
+            | Self::Tool { content, .. } => content,
         }
     }
 
@@ -199,7 +209,7 @@ pub struct ImageUrl {
 }
 
 /// A tool call, in a request's assistant record or in a [`Reply`].
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ToolCall {
     /// The call id, unique within the conversation.
     pub id: String,

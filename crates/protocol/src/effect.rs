@@ -9,11 +9,13 @@
 //! answers in an order of its own, so that nothing observable depends on when they arrived
 //! (see [`Delivery`]).
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value as Json};
 
+use crate::conversation::{Message, ToolSpec};
 use crate::errors::{Answer, ErrorValue, RunErrorKind};
 use crate::store::{StoreAnswer, StoreError, StoreOp};
 
@@ -131,18 +133,20 @@ pub struct ModelTarget {
     pub max_tokens: Option<u64>,
 }
 
-/// One model round: the composed messages (records as JSON: `role`, `content`, and
-/// `tool_calls` / `tool_call_id`), the tools on offer, and the model settings.
+/// One model round: the composed messages, the tools on offer, and the model settings.
+///
+/// The messages are shared (`Arc`): a round after a tool call sends the records of the round
+/// before it, and neither the section VM, the engine nor the Host copies them.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ModelRound {
     /// A `models.infer` round (rather than a `models.loop` round).
     pub infer: bool,
     /// The model and its settings.
     pub model: ModelTarget,
-    /// The messages to send, in order.
-    pub messages: Vec<Json>,
-    /// The tools offered (name, description, parameters schema).
-    pub tools: Vec<Json>,
+    /// The messages to send, in order, already checked and composed.
+    pub messages: Vec<Arc<Message>>,
+    /// The tools offered.
+    pub tools: Vec<ToolSpec>,
 }
 
 /// What one step hands the Host while the run waits.
@@ -219,7 +223,7 @@ mod tests {
                     temperature: Some(0.1),
                     max_tokens: None,
                 },
-                messages: vec![serde_json::json!({"role": "user", "content": "hi"})],
+                messages: vec![Arc::new(Message::user("hi"))],
                 tools: Vec::new(),
             }),
         ];

@@ -54,10 +54,8 @@ pub fn echo_model() -> ModelFn {
         let last = round
             .messages
             .last()
-            .and_then(|m| m.get("content"))
-            .and_then(Json::as_str)
-            .unwrap_or_default()
-            .to_owned();
+            .map(|m| m.content().text())
+            .unwrap_or_default();
         json!({"text": format!("echo: {last}"), "finish_reason": "stop"})
     })
 }
@@ -151,12 +149,7 @@ impl Transcript {
         self.effects
             .iter()
             .filter_map(|(_, e)| match e {
-                Effect::ModelRound(r) => r
-                    .messages
-                    .last()
-                    .and_then(|m| m.get("content"))
-                    .and_then(Json::as_str)
-                    .map(str::to_owned),
+                Effect::ModelRound(r) => r.messages.last().map(|m| m.content().text()),
                 _ => None,
             })
             .collect()

@@ -26,6 +26,7 @@
 
 use std::collections::BTreeMap;
 use std::fmt;
+use std::sync::Arc;
 
 use futures_util::StreamExt;
 use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
@@ -215,9 +216,9 @@ fn replayable(block: &ReasoningBlock) -> bool {
 
 /// Whether the conversation ends in a tool-use turn (an assistant record with calls that no
 /// user record follows) whose signed thinking is missing.
-fn open_tool_turn_lacks_thinking(messages: &[Message]) -> bool {
+fn open_tool_turn_lacks_thinking(messages: &[Arc<Message>]) -> bool {
     for message in messages.iter().rev() {
-        match message {
+        match &**message {
             Message::Tool { .. } => {}
             Message::Assistant {
                 tool_calls,
@@ -250,7 +251,7 @@ fn request_body(request: &ChatRequest, options: &AnthropicOptions) -> Value {
         }
     };
     for message in &request.messages {
-        match message {
+        match &**message {
             Message::System { content } => system.push(content),
             Message::User { content } => push("user", content_blocks(content)),
             Message::Assistant {
@@ -785,7 +786,7 @@ mod tests {
                 redacted: None,
             });
         }
-        request.messages[1] = assistant;
+        request.messages[1] = assistant.into();
         let body = request_body(&request, &options);
         assert_eq!(body["thinking"]["type"], "enabled");
         assert_eq!(

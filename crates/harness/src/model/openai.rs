@@ -254,7 +254,7 @@ fn request_body(request: &ChatRequest, options: &OpenAiOptions) -> Value {
     body.insert("model".into(), request.model.clone().into());
     body.insert(
         "messages".into(),
-        request.messages.iter().map(message_json).collect(),
+        request.messages.iter().map(|m| message_json(m)).collect(),
     );
     if !request.tools.is_empty() {
         let tools = request

@@ -6,35 +6,25 @@
 use promptforge_protocol::effect::{ModelRound, ModelTarget};
 use serde_json::{Value as Json, json};
 
-use super::types::{ChatRequest, FinishReason, Message, Reply, ThinkingSwitch, ToolSpec};
+use super::types::{ChatRequest, FinishReason, Reply, ThinkingSwitch};
 
-/// The engine's round as the request sent to `model` (the provider's wire model name). Fails
-/// when the engine composed a message or tool the provider types cannot hold.
-pub fn round_request(model: &str, round: &ModelRound) -> Result<ChatRequest, String> {
-    let messages = round
-        .messages
-        .iter()
-        .map(|m| serde_json::from_value::<Message>(m.clone()))
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| format!("the engine composed a message the provider cannot send: {e}"))?;
-    let tools = round
-        .tools
-        .iter()
-        .map(|t| serde_json::from_value::<ToolSpec>(t.clone()))
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| format!("the engine offered a tool the provider cannot send: {e}"))?;
+/// The engine's round as the request sent to `model` (the provider's wire model name). The
+/// messages are shared with the round, not copied.
+pub fn round_request(model: &str, round: &ModelRound) -> ChatRequest {
     let ModelTarget {
         thinking,
         temperature,
         max_tokens,
         ..
     } = &round.model;
-    let mut request = ChatRequest::new(model.to_owned(), messages);
-    request.tools = tools;
-    request.temperature = *temperature;
-    request.max_tokens = max_tokens.and_then(|n| u32::try_from(n).ok());
-    request.thinking = ThinkingSwitch::from(*thinking);
-    Ok(request)
+    ChatRequest {
+        model: model.to_owned(),
+        messages: round.messages.clone(),
+        tools: round.tools.clone(),
+        temperature: *temperature,
+        max_tokens: max_tokens.and_then(|n| u32::try_from(n).ok()),
+        thinking: ThinkingSwitch::from(*thinking),
+    }
 }
 
 /// A provider reply as the JSON answer the section VM reads.

@@ -6,6 +6,7 @@
 //! maps onto these types one to one.
 
 use std::fmt;
+use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
@@ -20,8 +21,8 @@ pub struct ChatRequest {
     /// The model name the provider sends on the wire, such as `gpt-4.1` or
     /// `claude-sonnet-4-6`: [`ModelDescription::model`], not the catalog id.
     pub model: String,
-    /// The conversation, in order.
-    pub messages: Vec<Message>,
+    /// The conversation, in order. Shared with the engine's round, never copied.
+    pub messages: Vec<Arc<Message>>,
     /// The tools on offer this round; empty offers none.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub tools: Vec<ToolSpec>,
@@ -39,10 +40,13 @@ pub struct ChatRequest {
 impl ChatRequest {
     /// A request for `model` with these messages, no tools, no sampling options and the
     /// model's own thinking default.
-    pub fn new(model: impl Into<String>, messages: Vec<Message>) -> Self {
+    pub fn new(
+        model: impl Into<String>,
+        messages: impl IntoIterator<Item = impl Into<Arc<Message>>>,
+    ) -> Self {
         Self {
             model: model.into(),
-            messages,
+            messages: messages.into_iter().map(Into::into).collect(),
             tools: Vec::new(),
             temperature: None,
             max_tokens: None,
@@ -54,7 +58,7 @@ impl ChatRequest {
     /// them (the engine inserts separators as text parts of their own when it merges), or
     /// `None` when the request holds no user record.
     pub fn last_user_text(&self) -> Option<String> {
-        self.messages.iter().rev().find_map(|m| match m {
+        self.messages.iter().rev().find_map(|m| match &**m {
             Message::User { content } => Some(content.text()),
             _ => None,
         })
@@ -62,7 +66,7 @@ impl ChatRequest {
 
     /// The text of the last `tool` record, if any.
     pub fn last_tool_text(&self) -> Option<String> {
-        self.messages.iter().rev().find_map(|m| match m {
+        self.messages.iter().rev().find_map(|m| match &**m {
             Message::Tool { content, .. } => Some(content.text()),
             _ => None,
         })

@@ -128,7 +128,9 @@ models.loop = function(...)
   elseif type(compactor) ~= 'function' then
     raise('compactor must be a function, got ' .. arg_type(compactor))
   end
-  local checked, message = host('loop_compose', list)
+  -- The list's state for this call: what each round checked and composed (see loop_list.rs).
+  local state = host('loop_list')
+  local checked, message = host('loop_compose', state, list)
   if checked == nil then raise(message) end
   local target, missing = P.synced('round_model', handle)
   if missing then typed_error('internal', missing, nil, 'Binding') end
@@ -152,21 +154,20 @@ models.loop = function(...)
     end
     local composed, fits
     if composed_now then
-      composed, fits = host('loop_fits', target)
+      composed, fits = host('loop_fits', state, target)
     else
-      composed, fits = host('loop_compose', list, target)
+      composed, fits = host('loop_compose', state, list, target)
     end
     composed_now = false
     if composed == nil then raise(fits) end
     if not fits then overflow(compactor, 'precheck') end
-    -- The scope is rebuilt for every round; the composed records travel on the Rust side
-    -- (see `loop_compose`).
+    -- The scope is rebuilt for every round; the composed records travel in the state.
     local tools_module = P.module('tools')
     local specs, offered = tools_module.round_tools()
-    local reply = suspend('model.loop', { model = target, tools = specs })
+    local reply = suspend('model.loop', { model = target, tools = specs, messages = state })
     if reply.overflow then overflow(compactor, 'provider') end
     rounds = rounds + 1
-    host('loop_record', target, reply.usage)
+    host('loop_record', state, target, reply.usage)
     local calls = reply.tool_calls or {}
     if #calls > 0 then
       local malformed = host('loop_check_calls', calls)
