@@ -147,6 +147,14 @@ pub struct Checked {
 /// anyway, it gets the `messages must be a table of message tables, got {type}` message with
 /// the Lua type name (`nil`, `boolean`, `integer`, `number`, `string`).
 pub fn check_list(list: &Value) -> Result<Vec<Message>, String> {
+    Ok(check_list_records(list)?
+        .into_iter()
+        .map(|c| Arc::unwrap_or_clone(c.message))
+        .collect())
+}
+
+/// [`check_list`], keeping each record's first-layer result.
+pub fn check_list_records(list: &Value) -> Result<Vec<Checked>, String> {
     let items = match list {
         Value::Array(items) if items.is_empty() => return Err(EMPTY_LIST.to_owned()),
         Value::Object(map) if map.is_empty() => return Err(EMPTY_LIST.to_owned()),
@@ -164,10 +172,7 @@ pub fn check_list(list: &Value) -> Result<Vec<Message>, String> {
         checked.push(check_record(position + 1, item)?);
     }
     check_across(&checked)?;
-    Ok(checked
-        .into_iter()
-        .map(|c| Arc::unwrap_or_clone(c.message))
-        .collect())
+    Ok(checked)
 }
 
 /// The Lua type name a JSON scalar came from.

@@ -611,7 +611,7 @@ impl SectionVm {
     fn host_function(lua: &Lua, shared: &Rc<RefCell<Shared>>) -> mlua::Result<Function> {
         let s = shared.clone();
         lua.create_function(
-            move |lua, (op, a, b, c): (mlua::LuaString, Value, Value, Value)| {
+            move |lua, (op, a, b, c, d): (mlua::LuaString, Value, Value, Value, Value)| {
                 let op = op.to_str()?;
                 match &*op {
                     "models_use" => {
@@ -711,7 +711,11 @@ impl SectionVm {
                             return (Value::Nil, "models.loop state missing").into_lua_multi(lua);
                         };
                         let mut list = state.borrow_mut::<LoopList>()?;
-                        match list.check(&b)? {
+                        let unchanged = match d {
+                            Value::Integer(n) => usize::try_from(n).ok(),
+                            _ => None,
+                        };
+                        match list.check(&b, unchanged)? {
                             Ok(()) => {
                                 (Value::Boolean(true), loop_fits(&s, &list, &c)).into_lua_multi(lua)
                             }

@@ -86,14 +86,17 @@ pub(crate) async fn post_event_stream(
     client: &reqwest::Client,
     url: &str,
     headers: HeaderMap,
-    body: &serde_json::Value,
+    body: &impl serde::Serialize,
     limits: ModelLimits,
     hint: &str,
     whole: WholeReply,
     observer: &dyn ReplyObserver,
 ) -> Result<EventStream, ModelError> {
-    let body = serde_json::to_vec(body)
-        .map_err(|e| ModelError::malformed(format!("could not encode the request: {e}")))?;
+    // Encoded once; a retry resends the same bytes without copying them.
+    let body = bytes::Bytes::from(
+        serde_json::to_vec(body)
+            .map_err(|e| ModelError::malformed(format!("could not encode the request: {e}")))?,
+    );
     let mut attempt = 0;
     let response = loop {
         let request = client

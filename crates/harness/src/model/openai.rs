@@ -20,10 +20,12 @@
 //! `usage`. A stream that ends with neither `[DONE]` nor a finish reason is truncated.
 
 use std::fmt;
+use std::sync::Arc;
 
 use futures_util::StreamExt;
 use reqwest::header::{AUTHORIZATION, HeaderMap};
-use serde::Deserialize;
+use serde::ser::{SerializeMap, Serializer};
+use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
 
 use super::error::{ModelError, classify_stream_error};
@@ -31,8 +33,7 @@ use super::http::{EventStream, build_client, finish_stream, key_header, post_eve
 use super::provider::{ModelFuture, ModelLimits, ModelProvider, ReplyObserver};
 use super::sse::Event;
 use super::types::{
-    ChatRequest, Content, ContentPart, FinishReason, Message, ReasoningBlock, Reply,
-    ThinkingSwitch, ToolCall, Usage,
+    ChatRequest, FinishReason, Message, ReasoningBlock, Reply, ThinkingSwitch, ToolCall, Usage,
 };
 
 /// Which request field carries the token cap.
@@ -157,7 +158,7 @@ impl OpenAiProvider {
             &self.client,
             &self.url,
             headers,
-            &self.request_body(request),
+            &body(request, &self.options),
             self.limits,
             &self.hint,
             whole_reply,
@@ -182,23 +183,6 @@ impl ModelProvider for OpenAiProvider {
     }
 }
 
-fn content_json(content: &Content) -> Value {
-    match content {
-        Content::Text(text) => Value::String(text.clone()),
-        Content::Parts(parts) => Value::Array(
-            parts
-                .iter()
-                .map(|part| match part {
-                    ContentPart::Text { text } => json!({"type": "text", "text": text}),
-                    ContentPart::ImageUrl { image_url } => {
-                        json!({"type": "image_url", "image_url": {"url": image_url.url}})
-                    }
-                })
-                .collect(),
-        ),
-    }
-}
-
 /// Arguments as the JSON text OpenAI expects (an absent object is `{}`).
 fn arguments_text(arguments: &Value) -> String {
     match arguments {
@@ -207,55 +191,105 @@ fn arguments_text(arguments: &Value) -> String {
     }
 }
 
-fn message_json(message: &Message) -> Value {
-    match message {
-        Message::System { content } => json!({"role": "system", "content": content_json(content)}),
-        Message::User { content } => json!({"role": "user", "content": content_json(content)}),
-        Message::Assistant {
-            content,
-            tool_calls,
-            reasoning: _,
-        } => {
-            let mut record = Map::new();
-            record.insert("role".into(), "assistant".into());
-            let content = if tool_calls.is_empty() || !content.is_empty() {
-                content_json(content)
-            } else {
-                Value::Null
-            };
-            record.insert("content".into(), content);
-            if !tool_calls.is_empty() {
-                let calls = tool_calls
-                    .iter()
-                    .map(|call| {
-                        json!({
-                            "id": call.id,
-                            "type": "function",
-                            "function": {"name": call.name, "arguments": arguments_text(&call.arguments)},
-                        })
-                    })
-                    .collect();
-                record.insert("tool_calls".into(), Value::Array(calls));
+/// One record in OpenAI's chat-completions shape, written straight from the typed record:
+/// the body of a round is built once, with no JSON tree in between.
+struct WireMessage<'a>(&'a Message);
+
+impl Serialize for WireMessage<'_> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        match self.0 {
+            Message::System { content } | Message::User { content } => {
+                let mut map = serializer.serialize_map(Some(2))?;
+                map.serialize_entry("role", self.0.role())?;
+                map.serialize_entry("content", content)?;
+                map.end()
             }
-            Value::Object(record)
-        }
-        Message::Tool {
-            tool_call_id,
-            content,
-        } => {
-            json!({"role": "tool", "tool_call_id": tool_call_id, "content": content_json(content)})
+            Message::Assistant {
+                content,
+                tool_calls,
+                reasoning: _,
+            } => {
+                let mut map = serializer.serialize_map(None)?;
+                map.serialize_entry("role", "assistant")?;
+                if tool_calls.is_empty() || !content.is_empty() {
+                    map.serialize_entry("content", content)?;
+                } else {
+                    map.serialize_entry("content", &())?;
+                }
+                if !tool_calls.is_empty() {
+                    let calls: Vec<WireCall<'_>> = tool_calls.iter().map(WireCall).collect();
+                    map.serialize_entry("tool_calls", &calls)?;
+                }
+                map.end()
+            }
+            Message::Tool {
+                tool_call_id,
+                content,
+            } => {
+                let mut map = serializer.serialize_map(Some(3))?;
+                map.serialize_entry("role", "tool")?;
+                map.serialize_entry("tool_call_id", tool_call_id)?;
+                map.serialize_entry("content", content)?;
+                map.end()
+            }
         }
     }
 }
 
-/// The chat-completions body for `request`.
+/// One tool call of an assistant record: `{id, type: "function", function: {name, arguments}}`
+/// with the arguments as JSON text.
+struct WireCall<'a>(&'a ToolCall);
+
+impl Serialize for WireCall<'_> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let mut map = serializer.serialize_map(Some(3))?;
+        map.serialize_entry("id", &self.0.id)?;
+        map.serialize_entry("type", "function")?;
+        map.serialize_entry(
+            "function",
+            &json!({"name": self.0.name, "arguments": arguments_text(&self.0.arguments)}),
+        )?;
+        map.end()
+    }
+}
+
+/// The records of a round, in order.
+struct WireMessages<'a>(&'a [Arc<Message>]);
+
+impl Serialize for WireMessages<'_> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_seq(self.0.iter().map(|m| WireMessage(m)))
+    }
+}
+
+/// A round's chat-completions body: the request's settings as a small JSON object, and the
+/// records written straight from the request when the body is serialized.
+struct Body<'a> {
+    head: Map<String, Value>,
+    messages: &'a [Arc<Message>],
+}
+
+impl Serialize for Body<'_> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let mut map = serializer.serialize_map(Some(self.head.len() + 1))?;
+        for (key, value) in &self.head {
+            map.serialize_entry(key, value)?;
+        }
+        map.serialize_entry("messages", &WireMessages(self.messages))?;
+        map.end()
+    }
+}
+
+/// The chat-completions body for `request`, as JSON (for inspection and tests; a round sends
+/// [`body`]'s serialization).
 fn request_body(request: &ChatRequest, options: &OpenAiOptions) -> Value {
+    serde_json::to_value(body(request, options)).unwrap_or(Value::Null)
+}
+
+/// The chat-completions body for `request`.
+fn body<'a>(request: &'a ChatRequest, options: &OpenAiOptions) -> Body<'a> {
     let mut body = Map::new();
     body.insert("model".into(), request.model.clone().into());
-    body.insert(
-        "messages".into(),
-        request.messages.iter().map(|m| message_json(m)).collect(),
-    );
     if !request.tools.is_empty() {
         let tools = request
             .tools
@@ -304,7 +338,10 @@ fn request_body(request: &ChatRequest, options: &OpenAiOptions) -> Value {
     if options.include_usage {
         body.insert("stream_options".into(), json!({"include_usage": true}));
     }
-    Value::Object(body)
+    Body {
+        head: body,
+        messages: &request.messages,
+    }
 }
 
 #[derive(Debug, Deserialize)]
@@ -628,7 +665,7 @@ async fn read_stream(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::types::ToolSpec;
+    use crate::model::types::{Content, ContentPart, ToolSpec};
 
     fn options(thinking: OpenAiThinking, field: MaxTokensField) -> OpenAiOptions {
         OpenAiOptions {

@@ -7,6 +7,7 @@ local in_shared_load, epoch = P.in_shared_load, P.epoch
 -- Everything comes from P: this chunk runs after prompt code may have replaced globals.
 local error, type, tostring, select, setmetatable = P.error, P.type, P.tostring, P.select, P.setmetatable
 local string_match = P.string_match
+local next, rawequal, rawget, math_type = P.next, P.rawequal, P.rawget, P.math_type
 
 -- models (chapter 10).
 local models = {}
@@ -107,6 +108,82 @@ local function overflow(compactor, reason)
   raise(COMPACTOR_RETURNED)
 end
 
+-- A models.loop list between rounds (loop_list.rs explains the scheme). A snapshot of a
+-- table is the flat array of its entries in raw traversal order (key, value, key, value, ...)
+-- with `n` their count times two and `sub` the nested tables' snapshots and the numbers'
+-- subtypes by position.
+local function snapshot(t)
+  local snap, sub, i = {}, {}, 0
+  for k, v in next, t do
+    i = i + 2
+    snap[i - 1], snap[i] = k, v
+    local tv = type(v)
+    if tv == 'table' then sub[i] = snapshot(v) elseif tv == 'number' then sub[i] = math_type(v) end
+  end
+  snap.n, snap.sub = i, sub
+  return snap
+end
+
+-- Whether `t` holds exactly its snapshot. Keys and scalar values compare raw (no metamethod
+-- runs: the snapshot's side is never a table there); nested tables by identity, then in full.
+local function same(t, snap)
+  local sub, i = snap.sub, 0
+  for k, v in next, t do
+    i = i + 2
+    if k ~= snap[i - 1] then return false end
+    local s = sub[i]
+    if s == nil then
+      if v ~= snap[i] then return false end
+    elseif s == 'integer' or s == 'float' then
+      local was = snap[i]
+      if v ~= was or math_type(v) ~= s or (v == 0 and 1 / v ~= 1 / was) then return false end
+    elseif not rawequal(v, snap[i]) or not same(v, s) then
+      return false
+    end
+  end
+  return i == snap.n
+end
+
+-- Walks the list raw: nil unless its keys are 1..n in traversal order; else how many leading
+-- records are the tables checked last time, unchanged.
+local function unchanged_prefix(state, list)
+  local recs, snaps = state.recs, state.snaps
+  local reuse = rawequal(state.list, list)
+  local n, p = 0, 0
+  for k, v in next, list do
+    n = n + 1
+    if k ~= n then return nil end
+    if reuse then
+      if rawequal(v, recs[n]) and same(v, snaps[n]) then p = n else reuse = false end
+    end
+  end
+  return p
+end
+
+-- Checks and composes the list (loop_list.rs), then remembers the records it checked anew.
+local function compose(state, list, target)
+  local p = unchanged_prefix(state, list)
+  local ok, fits = host('loop_compose', state.ud, list, target, p)
+  if ok ~= nil then
+    local recs, snaps = state.recs, state.snaps
+    if p == nil then
+      state.list, state.count = nil, 0
+      for i = #recs, 1, -1 do recs[i], snaps[i] = nil, nil end
+    else
+      local i = p + 1
+      local v = rawget(list, i)
+      while v ~= nil do
+        recs[i], snaps[i] = v, snapshot(v)
+        i = i + 1
+        v = rawget(list, i)
+      end
+      for j = i, state.count do recs[j], snaps[j] = nil, nil end
+      state.list, state.count = list, i - 1
+    end
+  end
+  return ok, fits
+end
+
 models.loop = function(...)
   -- Every argument counts toward the arity, trailing nils included.
   local n = select('#', ...)
@@ -129,8 +206,8 @@ models.loop = function(...)
     raise('compactor must be a function, got ' .. arg_type(compactor))
   end
   -- The list's state for this call: what each round checked and composed (see loop_list.rs).
-  local state = host('loop_list')
-  local checked, message = host('loop_compose', state, list)
+  local state = { ud = host('loop_list'), recs = {}, snaps = {}, count = 0 }
+  local checked, message = compose(state, list)
   if checked == nil then raise(message) end
   local target, missing = P.synced('round_model', handle)
   if missing then typed_error('internal', missing, nil, 'Binding') end
@@ -154,9 +231,9 @@ models.loop = function(...)
     end
     local composed, fits
     if composed_now then
-      composed, fits = host('loop_fits', state, target)
+      composed, fits = host('loop_fits', state.ud, target)
     else
-      composed, fits = host('loop_compose', state, list, target)
+      composed, fits = compose(state, list, target)
     end
     composed_now = false
     if composed == nil then raise(fits) end
@@ -164,10 +241,10 @@ models.loop = function(...)
     -- The scope is rebuilt for every round; the composed records travel in the state.
     local tools_module = P.module('tools')
     local specs, offered = tools_module.round_tools()
-    local reply = suspend('model.loop', { model = target, tools = specs, messages = state })
+    local reply = suspend('model.loop', { model = target, tools = specs, messages = state.ud })
     if reply.overflow then overflow(compactor, 'provider') end
     rounds = rounds + 1
-    host('loop_record', state, target, reply.usage)
+    host('loop_record', state.ud, target, reply.usage)
     local calls = reply.tool_calls or {}
     if #calls > 0 then
       local malformed = host('loop_check_calls', calls)
