@@ -718,17 +718,31 @@ impl<M: Borrow<Message> + Clone + PartialEq> UsageMemory<M> {
     /// records than the round sent, starts with exactly those records, and continues with an
     /// assistant record; otherwise the estimate of `composed` alone.
     pub fn request_tokens(&self, composed: &[M], model_id: &str) -> u64 {
+        let bytes: Vec<u64> = composed
+            .iter()
+            .map(|m| estimate_bytes(m.borrow()))
+            .collect();
+        self.request_tokens_counted(composed, &bytes, model_id)
+    }
+
+    /// [`request_tokens`](Self::request_tokens) with each record's [`estimate_bytes`] already
+    /// counted (`bytes[i]` for `composed[i]`), so a caller that keeps the counts between
+    /// rounds does not count unchanged records again.
+    pub fn request_tokens_counted(&self, composed: &[M], bytes: &[u64], model_id: &str) -> u64 {
+        let estimate = |from: usize| {
+            let counted = bytes.get(from..).unwrap_or_default();
+            (counted.iter().sum::<u64>() / 4)
+                .saturating_add(TOKENS_PER_RECORD.saturating_mul(len_u64(counted.len())))
+        };
         if let Some(memory) = &self.remembered
             && memory.model_id == model_id
             && composed.starts_with(&memory.sent)
-            && let Some((reply, rest)) = composed
-                .get(memory.sent.len()..)
-                .and_then(<[M]>::split_first)
+            && let Some(reply) = composed.get(memory.sent.len())
             && matches!(reply.borrow(), Message::Assistant { .. })
         {
-            return memory.total.saturating_add(estimate_tokens(rest));
+            return memory.total.saturating_add(estimate(memory.sent.len() + 1));
         }
-        estimate_tokens(composed)
+        estimate(0)
     }
 
     /// The precheck: true when the request's token count plus the reply room is at most the

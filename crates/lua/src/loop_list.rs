@@ -40,6 +40,8 @@ pub(crate) struct LoopList {
     cached: Vec<Checked>,
     /// What the last check composed: the records the next round sends.
     composed: Vec<Arc<Message>>,
+    /// Each composed record's bytes for the precheck's estimate, kept while it is unchanged.
+    bytes: Vec<u64>,
 }
 
 impl UserData for LoopList {}
@@ -58,7 +60,8 @@ impl LoopList {
         context: u64,
         max_tokens: Option<u64>,
     ) -> bool {
-        usage.precheck(&self.composed, key, context, max_tokens)
+        let tokens = usage.request_tokens_counted(&self.composed, &self.bytes, key);
+        conversation::fits(tokens, context, max_tokens)
     }
 
     /// Checks `list` by every rule of chapter 11 and composes it; `Err` is the message of the
@@ -76,7 +79,21 @@ impl LoopList {
         };
         match checked {
             Ok(records) => {
-                self.composed = conversation::compose(&records);
+                let composed = conversation::compose(&records);
+                let bytes = composed
+                    .iter()
+                    .enumerate()
+                    .map(
+                        |(i, record)| match (self.composed.get(i), self.bytes.get(i)) {
+                            (Some(before), Some(&counted)) if Arc::ptr_eq(before, record) => {
+                                counted
+                            }
+                            _ => conversation::estimate_bytes(record),
+                        },
+                    )
+                    .collect();
+                self.composed = composed;
+                self.bytes = bytes;
                 Ok(Ok(()))
             }
             Err(message) => {

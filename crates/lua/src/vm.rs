@@ -413,6 +413,19 @@ pub fn live_vms() -> usize {
     LIVE_VMS.with(std::cell::Cell::get)
 }
 
+/// The cancel flag's poll, run by the count hook.
+type CancelPoll = Rc<dyn Fn(&Lua) -> mlua::Result<VmState>>;
+
+/// Sets the count hook that polls the cancel flag on the current thread (and on every thread
+/// created after it).
+fn set_cancel_hook(lua: &Lua, poll: &CancelPoll) -> mlua::Result<()> {
+    let poll = poll.clone();
+    lua.set_global_hook(
+        HookTriggers::new().every_nth_instruction(CANCEL_POLL_INSTRUCTIONS),
+        move |lua, _| poll(lua),
+    )
+}
+
 /// A section VM.
 #[derive(Debug)]
 pub struct SectionVm {
@@ -516,8 +529,27 @@ impl SectionVm {
             var: cfg.var.clone(),
         }));
         lua.gc_stop();
+        // The count hook that polls the cancel flag. The collector starts stopped: most
+        // section VMs live for a few microseconds and are freed whole, so collecting them is
+        // wasted work. The hook also restarts the collector once the VM has allocated
+        // GC_START_BYTES (and an allocation that would pass the memory limit triggers Lua's
+        // emergency collection whether the collector runs or not).
+        let poll: CancelPoll = {
+            let cancel = cfg.cancel.clone();
+            let gc_started = Rc::new(std::cell::Cell::new(false));
+            Rc::new(move |lua: &Lua| {
+                if cancel.load(Ordering::Relaxed) {
+                    return Err(mlua::Error::RuntimeError("run cancelled".into()));
+                }
+                if !gc_started.get() && lua.used_memory() > GC_START_BYTES {
+                    gc_started.set(true);
+                    lua.gc_restart();
+                }
+                Ok(VmState::Continue)
+            })
+        };
         let build = || -> mlua::Result<Table> {
-            let host = Self::host_function(&lua, &shared)?;
+            let host = Self::host_function(&lua, &shared, &poll)?;
             let cfg_table = lua.create_table()?;
             cfg_table.raw_set("h1", in_h1)?;
             cfg_table.raw_set("args", cfg.args.as_str())?;
@@ -575,27 +607,7 @@ impl SectionVm {
         let api = build().map_err(|e| LuaFailure::internal(&e))?;
         // Installed after the shim has run: the shim is trusted, finite setup, and while a
         // count hook is set every instruction pays a call into the hook machinery.
-        let cancel = cfg.cancel.clone();
-        // The collector starts stopped: most section VMs live for a few microseconds and
-        // are freed whole, so collecting them is wasted work. The hook that polls the cancel
-        // flag also restarts the collector once the VM has allocated GC_START_BYTES (and an
-        // allocation that would pass the memory limit triggers Lua's emergency collection
-        // whether the collector runs or not).
-        let gc_started = Rc::new(std::cell::Cell::new(false));
-        lua.set_global_hook(
-            HookTriggers::new().every_nth_instruction(CANCEL_POLL_INSTRUCTIONS),
-            move |lua, _| {
-                if cancel.load(Ordering::Relaxed) {
-                    return Err(mlua::Error::RuntimeError("run cancelled".into()));
-                }
-                if !gc_started.get() && lua.used_memory() > GC_START_BYTES {
-                    gc_started.set(true);
-                    lua.gc_restart();
-                }
-                Ok(VmState::Continue)
-            },
-        )
-        .map_err(|e| LuaFailure::internal(&e))?;
+        set_cancel_hook(&lua, &poll).map_err(|e| LuaFailure::internal(&e))?;
         LIVE_VMS.with(|n| n.set(n.get() + 1));
         Ok(SectionVm {
             lua,
@@ -608,8 +620,13 @@ impl SectionVm {
 
     /// The shim's one private Rust primitive, `host(op, ...)`. One function rather than one
     /// per operation keeps VM creation cheap (each Rust function costs an allocation).
-    fn host_function(lua: &Lua, shared: &Rc<RefCell<Shared>>) -> mlua::Result<Function> {
+    fn host_function(
+        lua: &Lua,
+        shared: &Rc<RefCell<Shared>>,
+        poll: &CancelPoll,
+    ) -> mlua::Result<Function> {
         let s = shared.clone();
+        let poll = poll.clone();
         lua.create_function(
             move |lua, (op, a, b, c, d): (mlua::LuaString, Value, Value, Value, Value)| {
                 let op = op.to_str()?;
@@ -699,6 +716,18 @@ impl SectionVm {
                     "loop_list" => lua
                         .create_userdata(LoopList::default())?
                         .into_lua_multi(lua),
+                    "loop_scan" => {
+                        // The shim's walk over a message list: trusted, finite code that runs
+                        // no metamethod, so it runs without the count hook, which would
+                        // otherwise cost it a call into the hook machinery per instruction.
+                        let Value::Function(scan) = a else {
+                            return Value::Nil.into_lua_multi(lua);
+                        };
+                        lua.remove_hook();
+                        let found = scan.call::<Value>((b, c));
+                        set_cancel_hook(lua, &poll)?;
+                        found?.into_lua_multi(lua)
+                    }
                     "loop_fits" => {
                         let Value::UserData(state) = &a else {
                             return (Value::Nil, "models.loop state missing").into_lua_multi(lua);
@@ -2083,6 +2112,33 @@ mod tests {
                 ..
             })
         ));
+    }
+
+    /// The list walk of `models.loop` runs without the count hook; the hook is back after it,
+    /// so a busy loop later in the block is still cancelled.
+    #[test]
+    fn cancel_stops_a_busy_loop_after_a_list_walk() {
+        let cfg = config(false);
+        let cancel = cfg.cancel.clone();
+        cancel.store(true, Ordering::Relaxed);
+        let (step, _) = run(
+            cfg,
+            "local msgs = { { role = 'user', content = 'x' } }\n\
+             local ok, err = pcall(models.loop, msgs)\n\
+             assert(not ok and err.kind == 'internal', tostring(err))\n\
+             while true do end",
+            "",
+        );
+        assert!(
+            matches!(
+                step,
+                BlockStep::Failed(LuaFailure {
+                    kind: FailureKind::Cancelled,
+                    ..
+                })
+            ),
+            "{step:?}"
+        );
     }
 
     #[test]

@@ -217,8 +217,7 @@ impl Serialize for WireMessage<'_> {
                     map.serialize_entry("content", &())?;
                 }
                 if !tool_calls.is_empty() {
-                    let calls: Vec<WireCall<'_>> = tool_calls.iter().map(WireCall).collect();
-                    map.serialize_entry("tool_calls", &calls)?;
+                    map.serialize_entry("tool_calls", &WireCalls(tool_calls))?;
                 }
                 map.end()
             }
@@ -236,6 +235,15 @@ impl Serialize for WireMessage<'_> {
     }
 }
 
+/// An assistant record's tool calls, in order.
+struct WireCalls<'a>(&'a [ToolCall]);
+
+impl Serialize for WireCalls<'_> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_seq(self.0.iter().map(WireCall))
+    }
+}
+
 /// One tool call of an assistant record: `{id, type: "function", function: {name, arguments}}`
 /// with the arguments as JSON text.
 struct WireCall<'a>(&'a ToolCall);
@@ -245,10 +253,19 @@ impl Serialize for WireCall<'_> {
         let mut map = serializer.serialize_map(Some(3))?;
         map.serialize_entry("id", &self.0.id)?;
         map.serialize_entry("type", "function")?;
-        map.serialize_entry(
-            "function",
-            &json!({"name": self.0.name, "arguments": arguments_text(&self.0.arguments)}),
-        )?;
+        map.serialize_entry("function", &WireFunction(self.0))?;
+        map.end()
+    }
+}
+
+/// A tool call's `function` object: `{name, arguments}`, the arguments as JSON text.
+struct WireFunction<'a>(&'a ToolCall);
+
+impl Serialize for WireFunction<'_> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let mut map = serializer.serialize_map(Some(2))?;
+        map.serialize_entry("name", &self.0.name)?;
+        map.serialize_entry("arguments", &arguments_text(&self.0.arguments))?;
         map.end()
     }
 }

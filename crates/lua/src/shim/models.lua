@@ -162,7 +162,7 @@ end
 
 -- Checks and composes the list (loop_list.rs), then remembers the records it checked anew.
 local function compose(state, list, target)
-  local p = unchanged_prefix(state, list)
+  local p = host('loop_scan', unchanged_prefix, state, list)
   local ok, fits = host('loop_compose', state.ud, list, target, p)
   if ok ~= nil then
     local recs, snaps = state.recs, state.snaps
