@@ -29,20 +29,18 @@ macro_rules! outln {
     ($($arg:tt)*) => { $crate::ui::out(format_args!("{}\n", format_args!($($arg)*))) };
 }
 
-mod batch;
-mod check;
-mod describe;
+mod commands;
 mod history;
 mod host;
 mod html;
-mod mcp;
-mod models;
 mod otel;
 mod record;
-mod replay;
-mod run;
+mod report;
+mod session;
 mod source;
 mod ui;
+
+use commands::{batch, check, describe, mcp, models, replay, run, runs};
 
 // Every section entry builds and frees a whole Lua state, thousands of small allocations;
 // mimalloc frees and reuses them markedly faster than the system allocator (see
@@ -80,7 +78,7 @@ enum Command {
     Replay(Box<replay::ReplayArgs>),
     /// The run history: recent runs (`runs`), one run (`runs show ID`), its record
     /// (`runs export ID`).
-    Runs(history::RunsArgs),
+    Runs(runs::RunsArgs),
     /// Show what a prompt takes: its args, model roles, tool slots, Plugins and files.
     Describe(describe::DescribeArgs),
     /// List the model catalog (promptforge.toml, the user config file, and quick ids).
@@ -118,7 +116,7 @@ fn start_logs(verbose: u8) {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     start_logs(cli.verbose);
-    let ui = run::Ui {
+    let ui = report::Ui {
         progress: !cli.quiet && std::io::stderr().is_terminal(),
         verbose: cli.verbose,
     };
@@ -128,7 +126,7 @@ fn main() -> ExitCode {
         Command::Batch(args) => batch::batch(&args, ui),
         Command::Merge(args) => batch::merge(&args),
         Command::Replay(args) => replay::replay(&args, ui),
-        Command::Runs(args) => history::runs(&args),
+        Command::Runs(args) => runs::runs(&args),
         Command::Describe(args) => describe::describe(&args),
         Command::Models(args) => models::models(&args),
         Command::Mcp(args) => mcp::mcp(&args),

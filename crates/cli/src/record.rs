@@ -335,7 +335,7 @@ impl Recorder {
     /// their opening `{"event":`.
     pub(crate) fn event(&mut self, event: &Event) {
         let t = self.elapsed();
-        let value = crate::run::event_json(event);
+        let value = crate::report::event_json(event);
         self.raw(|out| {
             out.write_all(br#"{"event":"#)?;
             serde_json::to_writer(&mut *out, &value)?;
@@ -366,7 +366,8 @@ impl Recorder {
                 Ok(())
             });
         }
-        let outcome = serde_json::to_value(crate::run::outcome_json(outcome)).unwrap_or(Json::Null);
+        let outcome =
+            serde_json::to_value(crate::report::outcome_json(outcome)).unwrap_or(Json::Null);
         self.line(json!({"outcome": outcome}));
         if let Some(failed) = self.failed.take() {
             return Err(failed);

@@ -22,9 +22,10 @@ use promptforge_harness::store::Store;
 use promptforge_syntax::Prompt;
 use serde_json::Value as Json;
 
-use crate::host::{Host, Notes, Operator, channel};
+use crate::host::{Notes, Operator, channel};
 use crate::record::{Record, Replay, compare, sha256_hex};
-use crate::run::{Config, Ui, current_model, exit_code, outcome_json, web_plugin};
+use crate::report::{Ui, exit_code, outcome_json};
+use crate::session::{ModelFlags, Session};
 use crate::source::read_prompt;
 
 #[derive(Debug, Args)]
@@ -38,15 +39,10 @@ pub struct ReplayArgs {
     /// Answer from the record up to the first divergence, then from the real providers.
     #[arg(long)]
     then_live: bool,
-    /// With --then-live: the current model (default: the recorded model's id, from the catalog).
-    #[arg(long, value_name = "ID")]
-    model: Option<String>,
-    /// With --then-live: answer rounds after the divergence from a scripted model file.
-    #[arg(long, value_name = "FILE", conflicts_with = "model")]
-    script: Option<PathBuf>,
-    /// With --then-live: the web Plugin over a scripted network.
-    #[arg(long, value_name = "FILE")]
-    web_script: Option<PathBuf>,
+    /// With --then-live, what answers after the divergence (`--model` defaults to the
+    /// recorded model's id, from the catalog).
+    #[command(flatten)]
+    models: ModelFlags,
     /// Print the replayed outcome as one JSON object on stdout.
     #[arg(long)]
     json: bool,
@@ -113,41 +109,32 @@ fn replay_inner(args: &ReplayArgs) -> Result<ExitCode, String> {
     ctx.effect_sites = true;
 
     // Only a live replay needs a model and a network; a plain one never reaches them.
-    let config = Config::default();
-    let (model, web) = if args.then_live {
+    let session = if args.then_live {
         let recorded_id = header.host.model.as_ref().map(|m| m.id.clone());
-        let id = args.model.clone().or(recorded_id);
-        let model = current_model(args.script.as_deref(), id.as_deref(), &config)?;
-        let web = web_plugin(args.web_script.as_deref(), &config)?;
-        (model, Some(Arc::new(web)))
+        let id = args.models.model.clone().or(recorded_id);
+        Session::open(&args.models, id.as_deref())?
     } else {
-        (None, None)
+        Session::offline()
     };
-    let mut host = Host::new(
-        model,
-        web,
-        Store::memory(),
-        Operator::Nobody,
-        cancel,
-        channel(),
-    )?
-    .notes(if args.events {
-        Notes::JsonStdout
-    } else {
-        Notes::Stderr
-    })
-    .replay(Replay::new(&record, args.then_live));
+    let mut host = session
+        .host(Store::memory(), Operator::Nobody, cancel, channel())?
+        .notes(if args.events {
+            Notes::JsonStdout
+        } else {
+            Notes::Stderr
+        })
+        .replay(Replay::new(&record, args.then_live));
     // Live, the prompt's MCP servers start on their first call (the record holds the Host
     // state they were offered in).
     if args.then_live
-        && let Some(mcp) = config.mcp_plugins(&prompt.frontmatter)?
+        && let Some(mcp) = session.mcp_for(&prompt.frontmatter)?
     {
         host = host.mcp(mcp);
     }
     let mut run = Run::new(Arc::new(prompt), ctx);
     let mut events: Vec<Json> = Vec::new();
     let outcome = host.drive(&mut run, &mut |event| {
-        let json = crate::run::event_json(event);
+        let json = crate::report::event_json(event);
         if args.events {
             outln!("{json}");
         }

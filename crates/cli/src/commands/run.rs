@@ -16,18 +16,18 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use promptforge_engine::store_path::{StoreAnswer, StoreOp};
 use promptforge_engine::{Event, Outcome, Run, RunContext, RunError, RunErrorKind};
-use promptforge_harness::model::{Catalog, Environment, ScriptedModel};
-use promptforge_harness::store::{Store, collect_output_file, place_input_file};
-use promptforge_harness::web::{RealNetwork, ScriptedNetwork, WebPlugin};
+use promptforge_harness::store::{collect_output_file, place_input_file};
 
-use crate::host::{CurrentModel, Diagnosis, Host, HostMessage, Notes, Operator, channel};
-use promptforge_engine::run::USER_INPUT_PLUGIN;
-use promptforge_engine::{EventKind, TaskEnding};
-use promptforge_engine::{PluginInfo, ToolInfo};
+use crate::host::{CurrentModel, Diagnosis, HostMessage, Notes, Operator, channel};
+use promptforge_engine::EventKind;
 use promptforge_syntax::Prompt;
-use serde::Serialize;
 use std::io::IsTerminal;
 
+use crate::report::{Ui, event_json, exit_code, outcome_json};
+use crate::session::{
+    ModelFlags, Session, StoreDir, header_for, keep_record, open_store, os_seed, read_snapshot,
+    start_instant,
+};
 use crate::source::read_prompt;
 
 #[derive(Debug, Args)]
@@ -55,17 +55,8 @@ pub struct RunArgs {
     /// The run's start instant, RFC 3339 (`sys.when`); default: now.
     #[arg(long, value_name = "RFC3339")]
     when: Option<String>,
-    /// Register the web Plugin over a scripted network and search backend (the conformance
-    /// `--web-script` format) instead of the real network.
-    #[arg(long, value_name = "FILE")]
-    web_script: Option<PathBuf>,
-    /// Answer every model round from a scripted model file.
-    #[arg(long, value_name = "FILE", conflicts_with = "model")]
-    script: Option<PathBuf>,
-    /// The current model: a catalog id or a quick id such as `openai:gpt-4.1`
-    /// (default: the catalog's `default`, if any). See `promptforge models`.
-    #[arg(long, value_name = "ID")]
-    model: Option<String>,
+    #[command(flatten)]
+    models: ModelFlags,
     /// A JSON object file: the Host-state snapshot that `ui()` returns.
     #[arg(long, value_name = "FILE")]
     snapshot: Option<PathBuf>,
@@ -109,87 +100,6 @@ impl RunArgs {
     }
 }
 
-/// The outcome object of the CLI contract.
-#[derive(Debug, Serialize)]
-#[serde(tag = "outcome", rename_all = "lowercase")]
-pub(crate) enum OutcomeJson {
-    Completed { result: String },
-    Cancelled,
-    Failed { error: ErrorJson },
-}
-
-#[derive(Debug, Serialize)]
-pub(crate) struct ErrorJson {
-    kind: String,
-    message: String,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    parse_kind: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    line: Option<u32>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    column: Option<u32>,
-}
-
-pub(crate) fn outcome_json(outcome: &Outcome) -> OutcomeJson {
-    match outcome {
-        Outcome::Completed(result) => OutcomeJson::Completed {
-            result: result.clone(),
-        },
-        Outcome::Cancelled => OutcomeJson::Cancelled,
-        Outcome::Failed(err) => OutcomeJson::Failed {
-            error: ErrorJson {
-                kind: err.kind.to_string(),
-                message: err.message.clone(),
-                parse_kind: err.parse_kind.map(|k| k.to_string()),
-                line: err.line,
-                column: err.column,
-            },
-        },
-    }
-}
-
-/// The run's start instant in milliseconds since the epoch: `--when`, or now.
-pub(crate) fn start_instant(when: Option<&str>) -> Result<i64, String> {
-    match when {
-        Some(text) => chrono::DateTime::parse_from_rfc3339(text)
-            .map(|t| t.timestamp_millis())
-            .map_err(|e| format!("--when {text:?} is not an RFC 3339 instant: {e}")),
-        None => {
-            let now = std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map_err(|e| format!("the system clock is before 1970: {e}"))?;
-            i64::try_from(now.as_millis())
-                .map_err(|e| format!("the system clock is out of range: {e}"))
-        }
-    }
-}
-
-/// A seed from the OS when `--seed` is not given: std's `RandomState` is keyed from the
-/// operating system's randomness, which is all a seed needs.
-pub(crate) fn os_seed() -> u64 {
-    use std::hash::{BuildHasher, Hasher};
-    let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
-    hasher.write_u64(0x5eed);
-    hasher.finish()
-}
-
-pub(crate) fn read_snapshot(path: &std::path::Path) -> Result<serde_json::Value, String> {
-    let text = promptforge_harness::limits::read_capped_text(
-        path,
-        promptforge_harness::limits::SNAPSHOT_FILE_CAP,
-    )
-    .map_err(|e| format!("--snapshot: {e}"))?;
-    let value: serde_json::Value = serde_json::from_str(&text)
-        .map_err(|e| format!("--snapshot {} is not JSON: {e}", path.display()))?;
-    if !value.is_object() {
-        return Err(format!(
-            "--snapshot {} must hold a JSON object",
-            path.display()
-        ));
-    }
-    Ok(value)
-}
-
 /// The argument string: `--args` (`-` reads stdin), or `--arg` pairs typed by the prompt's
 /// declaration.
 fn argument_string(args: &RunArgs, prompt: &Prompt) -> Result<Option<String>, String> {
@@ -230,120 +140,6 @@ fn context(args: &RunArgs, cancel: Arc<AtomicBool>) -> Result<RunContext, String
 
 /// The config files (the model catalog and its `[search]` table), read at most once per run
 /// and only when something needs them (`--script` with `--web-script` needs nothing).
-#[derive(Debug, Default)]
-pub(crate) struct Config(std::cell::OnceCell<Result<Catalog, String>>);
-
-impl Config {
-    pub(crate) fn catalog(&self) -> Result<&Catalog, String> {
-        self.0
-            .get_or_init(|| {
-                let cwd = std::env::current_dir()
-                    .map_err(|e| format!("cannot read the working directory: {e}"))?;
-                Catalog::load_standard(&cwd).map_err(|e| e.to_string())
-            })
-            .as_ref()
-            .map_err(Clone::clone)
-    }
-
-    /// The MCP Plugins of the config's `[mcp.servers]` tables, when the prompt declares one
-    /// (`mcp/NAME`); a config that cannot be read then is an error, as for a model.
-    pub(crate) fn mcp_plugins(
-        &self,
-        frontmatter: &promptforge_syntax::frontmatter::Frontmatter,
-    ) -> Result<Option<Arc<promptforge_harness::mcp::McpPlugins>>, String> {
-        let declares = frontmatter
-            .plugins
-            .iter()
-            .any(|p| promptforge_harness::mcp::server_of_plugin(&p.id).is_some());
-        if !declares {
-            return Ok(None);
-        }
-        let servers = self.catalog()?.mcp_servers().clone();
-        Ok(Some(Arc::new(promptforge_harness::mcp::McpPlugins::new(
-            servers,
-        ))))
-    }
-}
-
-/// The Host's current model: the scripted model of `script`, the `model` id, or the
-/// catalog's default.
-pub(crate) fn current_model(
-    script: Option<&std::path::Path>,
-    model: Option<&str>,
-    config: &Config,
-) -> Result<Option<CurrentModel>, String> {
-    if let Some(path) = script {
-        let scripted = ScriptedModel::load(path).map_err(|e| e.to_string())?;
-        let Some(description) = scripted.model().cloned() else {
-            return Ok(None);
-        };
-        return Ok(Some(CurrentModel {
-            description,
-            provider: Arc::new(scripted),
-        }));
-    }
-    let catalog = config.catalog()?;
-    let id = match model {
-        Some(id) => id.to_owned(),
-        None => match catalog.default_id() {
-            Some(id) => id.to_owned(),
-            None => return Ok(None),
-        },
-    };
-    let resolved = catalog
-        .resolve(&id, &Environment::Process)
-        .map_err(|e| e.to_string())?;
-    Ok(Some(CurrentModel {
-        description: resolved.description,
-        provider: resolved.provider,
-    }))
-}
-
-/// The web Plugin: over the scripted network of `--web-script` (a script that cannot be read
-/// is a usage error), else over the real network with the search backend of the config's
-/// `[search]` table. Without a backend the Plugin reports the missing search provider, and a
-/// setup problem (a bad `[search]` table, a key not set) its own line, each only to a prompt
-/// that declares the Plugin.
-pub(crate) fn web_plugin(
-    web_script: Option<&std::path::Path>,
-    config: &Config,
-) -> Result<WebPlugin, String> {
-    if let Some(path) = web_script {
-        let network = ScriptedNetwork::load(path)
-            .map_err(|e| format!("--web-script {}: {e}", path.display()))?;
-        let search = network.search_backend();
-        return Ok(WebPlugin::new(Arc::new(network), search));
-    }
-    let real = || -> Result<WebPlugin, String> {
-        let search = config
-            .catalog()?
-            .search_backend(&Environment::Process)
-            .map_err(|e| e.to_string())?;
-        Ok(WebPlugin::new(Arc::new(RealNetwork::new()?), search))
-    };
-    Ok(real().unwrap_or_else(WebPlugin::unavailable))
-}
-
-/// Tell the run which Plugins this Host offers: the input broker (when there is an operator)
-/// and the web Plugin.
-pub(crate) fn offer_plugins(ctx: &mut RunContext, operator: &Operator, web: &WebPlugin) {
-    ctx.host.live_operator = matches!(operator, Operator::Terminal);
-    ctx.host.plugins.push(PluginInfo {
-        id: USER_INPUT_PLUGIN.to_owned(),
-        tools: vec![ToolInfo::new(
-            "ask",
-            "Ask the operator: returns their next message. Takes no arguments.",
-        )],
-        conflicts: Vec::new(),
-        activation_failure: (!operator.connected()).then(|| {
-            format!(
-                "{USER_INPUT_PLUGIN} needs promptforge/input-broker, and this host provides none"
-            )
-        }),
-    });
-    ctx.host.plugins.push(web.info());
-}
-
 /// Show an event: every event as a JSON line on stdout with `--events`; otherwise the
 /// author's `log` checkpoints on stderr as `[section] message`, unless stdout carries `--json`.
 fn show_event(event: &Event, all: bool, json: bool) {
@@ -354,128 +150,9 @@ fn show_event(event: &Event, all: bool, json: bool) {
     }
 }
 
-pub(crate) fn event_json(event: &Event) -> serde_json::Value {
-    use serde_json::json;
-    let mut value = match &event.kind {
-        EventKind::SectionStarted { section, id } => {
-            json!({"event": "section_started", "section": section, "id": id})
-        }
-        EventKind::SharedLoadStarted { section } => {
-            json!({"event": "shared_load_started", "section": section})
-        }
-        EventKind::SharedLoadSucceeded { section } => {
-            json!({"event": "shared_load_succeeded", "section": section})
-        }
-        EventKind::SharedLoadFailed { section } => {
-            json!({"event": "shared_load_failed", "section": section})
-        }
-        EventKind::BlockStarted { section, label } => {
-            json!({"event": "block_started", "section": section, "block": label})
-        }
-        EventKind::BlockSucceeded { section, label } => {
-            json!({"event": "block_succeeded", "section": section, "block": label})
-        }
-        EventKind::BlockFailed { section } => json!({"event": "block_failed", "section": section}),
-        EventKind::Log { section, message } => {
-            json!({"event": "log", "section": section, "message": message})
-        }
-        EventKind::TeardownStarted { section } => {
-            json!({"event": "teardown_started", "section": section})
-        }
-        EventKind::TeardownSucceeded { section } => {
-            json!({"event": "teardown_succeeded", "section": section})
-        }
-        EventKind::SectionFinished { section } => {
-            json!({"event": "section_finished", "section": section})
-        }
-        EventKind::TaskSpawned { id, target, origin } => json!({
-            "event": "task_spawned", "id": id, "target": target, "origin": origin.as_str()
-        }),
-        EventKind::TaskStarted => json!({"event": "task_started"}),
-        EventKind::TaskEnded { ending } => {
-            let (state, reason) = match ending {
-                TaskEnding::Succeeded => ("succeeded", None),
-                TaskEnding::Failed => ("failed", None),
-                TaskEnding::Cancelled => ("cancelled", None),
-                TaskEnding::Abandoned(reason) => ("abandoned", Some(reason.as_str())),
-            };
-            let mut value = json!({"event": "task_ended", "ending": state});
-            if let (Some(reason), Some(map)) = (reason, value.as_object_mut()) {
-                map.insert("reason".into(), json!(reason));
-            }
-            value
-        }
-        EventKind::RunEnded { outcome } => json!({"event": "run_ended", "outcome": match outcome {
-            Outcome::Completed(_) => "completed",
-            Outcome::Cancelled => "cancelled",
-            Outcome::Failed(_) => "failed",
-        }}),
-    };
-    if let Some(map) = value.as_object_mut() {
-        map.insert("task".into(), json!(event.task));
-    }
-    value
-}
-
-/// The run's store directory and whether it is a fresh one of ours (removed after the run
-/// unless kept).
-#[derive(Debug)]
-pub(crate) struct StoreDir {
-    pub(crate) path: PathBuf,
-    pub(crate) fresh: bool,
-}
-
-/// The run's store: `store`, or a fresh directory under the system temp folder.
-pub(crate) fn open_store(store: Option<&std::path::Path>) -> Result<(Store, StoreDir), String> {
-    let dir = match store {
-        Some(dir) => StoreDir {
-            path: dir.to_path_buf(),
-            fresh: false,
-        },
-        None => StoreDir {
-            path: tempfile::Builder::new()
-                .prefix("promptforge-store-")
-                .tempdir()
-                .map_err(|e| format!("cannot create a store directory: {e}"))?
-                .keep(),
-            fresh: true,
-        },
-    };
-    let store = Store::directory(&dir.path)
-        .map_err(|e| format!("cannot open the store at {}: {e}", dir.path.display()))?;
-    Ok((store, dir))
-}
-
 /// A record's header for this run.
 fn record_header(args: &RunArgs, text: &str, ctx: &RunContext) -> crate::record::Header {
     header_for(args.prompt_path(), text, ctx)
-}
-
-/// A record's header for a run of the prompt at `path`, whose text is `text`.
-pub(crate) fn header_for(
-    path: &std::path::Path,
-    text: &str,
-    ctx: &RunContext,
-) -> crate::record::Header {
-    crate::record::Header {
-        record: "promptforge-run".to_owned(),
-        version: crate::record::RECORD_VERSION,
-        tool: concat!("promptforge ", env!("CARGO_PKG_VERSION")).to_owned(),
-        prompt: crate::record::PromptId {
-            // Absolute, so a replay from another folder finds the prompt.
-            path: std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf()),
-            sha256: crate::record::sha256_hex(text),
-        },
-        seed: ctx.seed,
-        when: chrono::DateTime::from_timestamp_millis(ctx.start_ms)
-            .map(|t| t.to_rfc3339_opts(chrono::SecondsFormat::Millis, true))
-            .unwrap_or_default(),
-        start_ms: ctx.start_ms,
-        args: ctx.args.clone(),
-        host: ctx.host.clone(),
-        concurrency: ctx.concurrency,
-        snapshot: ctx.snapshot.clone(),
-    }
 }
 
 /// What became of a run, for the report: its outcome and what the Host saw.
@@ -524,8 +201,8 @@ fn execute(
             return Ok(finished(outcome));
         }
     };
-    let config = Config::default();
-    let model = current_model(args.script.as_deref(), args.model.as_deref(), &config)?;
+    let session = Session::open(&args.models, None)?;
+    let model = session.model.clone();
     // A store that fails as the run starts fails the run with `Vfs` (chapter 16).
     let (mut store, dir) = match open_store(args.store.as_deref()) {
         Ok(store) => store,
@@ -567,7 +244,6 @@ fn execute(
         }
     }
     ctx.execution = prompt.frontmatter.name.clone();
-    ctx.host.model = model.as_ref().map(|m| m.description.engine_info());
     // The operator: `--input` answers, else a person at the terminal, else nobody. A person
     // at the terminal answers when they answer; answers given with --input (or no operator at
     // all) come at once, in the order the run asks.
@@ -578,31 +254,18 @@ fn execute(
     } else {
         Operator::Nobody
     };
-    let web = match web_plugin(args.web_script.as_deref(), &config) {
-        Ok(web) => web,
-        Err(e) => {
-            tidy(&dir);
-            return Err(e);
-        }
-    };
-    offer_plugins(&mut ctx, &operator, &web);
+    session.offer(&mut ctx, &operator);
     let output = prompt.frontmatter.output.clone();
     let notes = if args.events {
         Notes::JsonStdout
     } else {
         Notes::Stderr
     };
-    let mut host = Host::new(
-        model.clone(),
-        Some(Arc::new(web)),
-        store,
-        operator,
-        ctx.cancel.clone(),
-        messages,
-    )?
-    .notes(notes)
-    .progress(ui.progress && !args.json && !args.events);
-    match config.mcp_plugins(&prompt.frontmatter) {
+    let mut host = session
+        .host(store, operator, ctx.cancel.clone(), messages)?
+        .notes(notes)
+        .progress(ui.progress && !args.json && !args.events);
+    match session.mcp_for(&prompt.frontmatter) {
         Ok(Some(plugins)) => host = host.mcp(plugins),
         Ok(None) => {}
         Err(e) => {
@@ -721,52 +384,6 @@ impl PendingRecord {
     }
 }
 
-/// Finish a run's record and keep it: exported to the OpenTelemetry endpoint when one is set,
-/// and added to the run history when it is on. A failure to keep it in the history or export
-/// it is a warning; a record file the user asked for (`--record`) that could not be written
-/// is returned, for the command to fail on.
-pub(crate) fn keep_record(
-    recorder: crate::record::Recorder,
-    outcome: &Outcome,
-    wall_ms: u64,
-    history: Option<&std::path::Path>,
-    otel: Option<&str>,
-    info: &crate::otel::RunInfo,
-) -> Option<String> {
-    let asked = recorder.is_file();
-    let finished = match recorder.finish(outcome) {
-        Ok(written) => Ok(written),
-        Err(e) if asked => return Some(e),
-        Err(e) => Err(e),
-    };
-    let kept = finished.and_then(|written| {
-        let path = written.path();
-        let open = || {
-            std::fs::File::open(path)
-                .map(std::io::BufReader::new)
-                .map_err(|e| format!("{}: {e}", path.display()))
-        };
-        if let Some(url) = otel {
-            let sent = std::fs::read(path)
-                .map_err(|e| format!("{}: {e}", path.display()))
-                .and_then(|bytes| crate::otel::export(url, &bytes, info));
-            if let Err(e) = sent {
-                crate::ui::print_line(&format!("warning: {e}"));
-            }
-        }
-        match history {
-            Some(db) => crate::history::History::open(db)?
-                .add(open()?, wall_ms)
-                .map(|_| ()),
-            None => Ok(()),
-        }
-    });
-    if let Err(e) = kept {
-        crate::ui::print_line(&format!("warning: {e}"));
-    }
-    None
-}
-
 /// What a person is told to do about a failure, when the Host can tell.
 /// The `hint:` lines on stderr, secrets taken out.
 fn print_hints(finished: &Finished) {
@@ -877,15 +494,6 @@ fn report(args: &RunArgs, finished: &Finished, verbose: u8) -> ExitCode {
     exit_code(outcome)
 }
 
-/// A run's exit status: 0 completed, 1 failed, 130 cancelled.
-pub(crate) fn exit_code(outcome: &Outcome) -> ExitCode {
-    match outcome {
-        Outcome::Completed(_) => ExitCode::SUCCESS,
-        Outcome::Failed(_) => ExitCode::from(1),
-        Outcome::Cancelled => ExitCode::from(130),
-    }
-}
-
 /// How long a cancelled run may take to unwind before the process ends it.
 const CANCEL_GRACE: std::time::Duration = std::time::Duration::from_millis(500);
 
@@ -910,15 +518,6 @@ fn cancel_watchdog(finished: &AtomicBool, json: bool) {
         errln!("cancelled");
     }
     std::process::exit(130);
-}
-
-/// How the terminal is used: from the global flags and whether stderr is a terminal.
-#[derive(Debug, Clone, Copy)]
-pub struct Ui {
-    /// Draw live progress (stderr is a terminal and `--quiet` is not given).
-    pub progress: bool,
-    /// `-v` count.
-    pub verbose: u8,
 }
 
 /// `promptforge run PROMPT --help`: what the prompt takes, then the flags.

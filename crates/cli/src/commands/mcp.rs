@@ -22,7 +22,6 @@ use clap::{Args, Subcommand};
 use promptforge_engine::{Outcome, Run, RunContext};
 use promptforge_harness::mcp::McpPlugins;
 use promptforge_harness::store::Store;
-use promptforge_harness::web::WebPlugin;
 use promptforge_syntax::Prompt;
 use promptforge_syntax::frontmatter::{ArgType, Frontmatter};
 use rmcp::model::{
@@ -36,8 +35,8 @@ use rmcp::service::{NotificationContext, RequestContext};
 use rmcp::{Peer, RoleServer, ServerHandler, ServiceExt};
 use serde_json::{Value as Json, json};
 
-use crate::host::{CurrentModel, Host, Notes, Operator, channel};
-use crate::run::{Config, current_model, offer_plugins, web_plugin};
+use crate::host::{Notes, Operator, channel};
+use crate::session::{Config, ModelFlags, Session};
 
 #[derive(Debug, Args)]
 pub struct McpArgs {
@@ -72,15 +71,9 @@ struct ServeArgs {
     /// (agents, CLIs) and pages on this machine (`http://localhost:PORT`) are accepted.
     #[arg(long, value_name = "ORIGIN", requires = "http")]
     allow_origin: Vec<String>,
-    /// The model every call runs with (default: the config's `default`).
-    #[arg(long, value_name = "ID")]
-    model: Option<String>,
-    /// Answer model rounds from this scripted-model file instead of a real model.
-    #[arg(long, value_name = "FILE", conflicts_with = "model")]
-    script: Option<PathBuf>,
-    /// Answer web tools from this scripted network file.
-    #[arg(long, value_name = "FILE")]
-    web_script: Option<PathBuf>,
+    /// What every call runs with (`--model` defaults to the config's `default`).
+    #[command(flatten)]
+    models: ModelFlags,
     /// Run every call with this seed (default: a fresh seed per call).
     #[arg(long)]
     seed: Option<u64>,
@@ -499,8 +492,8 @@ fn tool_name(name: &str) -> String {
 struct Shared {
     dirs: Vec<PathBuf>,
     library: RwLock<Library>,
-    model: Option<CurrentModel>,
-    web: Arc<WebPlugin>,
+    /// The current model and the web Plugin, for every call.
+    session: Session,
     mcp: Arc<McpPlugins>,
     seed: Option<u64>,
     history: Option<PathBuf>,
@@ -720,22 +713,17 @@ fn run_entry(
     progress: Option<tokio::sync::mpsc::UnboundedSender<String>>,
 ) -> Outcome {
     let start_ms = chrono::Utc::now().timestamp_millis();
-    let seed = shared.seed.unwrap_or_else(crate::run::os_seed);
+    let seed = shared.seed.unwrap_or_else(crate::session::os_seed);
     let mut ctx = RunContext::new(seed, start_ms);
     ctx.args = args.clone();
     ctx.cancel = cancel.clone();
     ctx.execution = entry.prompt.frontmatter.name.clone();
-    ctx.host.model = shared.model.as_ref().map(|m| m.description.engine_info());
+
     let operator = Operator::Nobody;
-    offer_plugins(&mut ctx, &operator, &shared.web);
-    let host = Host::new(
-        shared.model.clone(),
-        Some(shared.web.clone()),
-        Store::memory(),
-        operator,
-        cancel,
-        messages,
-    );
+    shared.session.offer(&mut ctx, &operator);
+    let host = shared
+        .session
+        .host(Store::memory(), operator, cancel, messages);
     let mut host = match host {
         Ok(host) => host
             .notes(Notes::Keep)
@@ -757,7 +745,7 @@ fn run_entry(
         .plugins
         .extend(host.activate_mcp(&entry.prompt.frontmatter));
     if shared.history.is_some() {
-        let header = crate::run::header_for(&entry.path, &entry.text, &ctx);
+        let header = crate::session::header_for(&entry.path, &entry.text, &ctx);
         match crate::record::Recorder::temporary(&header) {
             Ok(recorder) => host = host.recorder(recorder),
             Err(e) => crate::ui::print_line(&format!("warning: {e}")),
@@ -766,10 +754,15 @@ fn run_entry(
     let info = crate::otel::RunInfo {
         name: entry.prompt.frontmatter.name.clone(),
         provider: shared
+            .session
             .model
             .as_ref()
             .map(|m| m.description.provider.as_str().to_owned()),
-        model: shared.model.as_ref().map(|m| m.description.model.clone()),
+        model: shared
+            .session
+            .model
+            .as_ref()
+            .map(|m| m.description.model.clone()),
         started: SystemTime::now(),
     };
     let started = std::time::Instant::now();
@@ -777,7 +770,7 @@ fn run_entry(
     let outcome = host.drive(&mut run, &mut |_| {});
     if let Some(recorder) = host.take_recorder() {
         let wall_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
-        let _ = crate::run::keep_record(
+        let _ = crate::session::keep_record(
             recorder,
             &outcome,
             wall_ms,
@@ -1052,12 +1045,10 @@ fn serve(args: &ServeArgs) -> Result<ExitCode, String> {
             "--http {addr} is not a loopback address: anyone who reaches it could run these prompts; set --token-env VAR to require a bearer token"
         ));
     }
-    let config = Config::default();
-    let model = current_model(args.script.as_deref(), args.model.as_deref(), &config)?;
-    let web = web_plugin(args.web_script.as_deref(), &config)?;
+    let session = Session::open(&args.models, None)?;
     // The config's MCP servers are there for prompts that bind them; a config that cannot be
     // read leaves them out (the prompts that need one then say so when called).
-    let servers = match config.catalog() {
+    let servers = match session.config.catalog() {
         Ok(catalog) => catalog.mcp_servers().clone(),
         Err(e) => {
             errln!(
@@ -1074,8 +1065,7 @@ fn serve(args: &ServeArgs) -> Result<ExitCode, String> {
     let shared = Arc::new(Shared {
         dirs,
         library: RwLock::new(library),
-        model,
-        web: Arc::new(web),
+        session,
         mcp: Arc::new(McpPlugins::new(servers)),
         seed: args.seed,
         history: (!args.no_history).then(crate::history::location).flatten(),

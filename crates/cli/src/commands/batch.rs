@@ -21,13 +21,13 @@ use clap::Args;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use promptforge_engine::{Outcome, Run, RunContext, RunErrorKind};
 use promptforge_harness::store::Store;
-use promptforge_harness::web::WebPlugin;
 use promptforge_syntax::Prompt;
 use serde::{Deserialize, Serialize};
 use serde_json::Value as Json;
 
-use crate::host::{CurrentModel, Host, Notes, Operator, channel};
-use crate::run::{Config, Ui, current_model, offer_plugins, start_instant, web_plugin};
+use crate::host::{Notes, Operator, channel};
+use crate::report::Ui;
+use crate::session::{ModelFlags, Session, start_instant};
 use crate::source::read_prompt;
 use crate::ui::{Totals, duration_text, plural, thousands};
 
@@ -68,15 +68,8 @@ pub struct BatchArgs {
     /// The start instant of every run, RFC 3339; default: now, once for the whole batch.
     #[arg(long, value_name = "RFC3339")]
     when: Option<String>,
-    /// The current model: a catalog id or a quick id (default: the catalog's `default`).
-    #[arg(long, value_name = "ID")]
-    model: Option<String>,
-    /// Answer every model round from a scripted model file.
-    #[arg(long, value_name = "FILE", conflicts_with = "model")]
-    script: Option<PathBuf>,
-    /// The web Plugin over a scripted network (the conformance `--web-script` format).
-    #[arg(long, value_name = "FILE")]
-    web_script: Option<PathBuf>,
+    #[command(flatten)]
+    models: ModelFlags,
     /// The most model rounds in flight across the whole batch, and the most runs at once.
     #[arg(long, value_name = "N", default_value_t = promptforge_engine::run::DEFAULT_CONCURRENCY,
           value_parser = clap::value_parser!(u32).range(1..))]
@@ -222,8 +215,8 @@ struct Shared {
     repeats: u32,
     shard: Option<String>,
     prompt: Arc<Prompt>,
-    model: Option<CurrentModel>,
-    web: Arc<WebPlugin>,
+    /// The current model and the web Plugin, for every run.
+    session: Session,
     start_ms: i64,
     concurrency: u32,
     slots: Arc<tokio::sync::Semaphore>,
@@ -272,12 +265,11 @@ fn run_one(shared: &Shared, job: &Job) -> ResultLine {
     ctx.cancel = shared.cancel.clone();
     ctx.concurrency = shared.concurrency;
     ctx.execution = shared.prompt.frontmatter.name.clone();
-    ctx.host.model = shared.model.as_ref().map(|m| m.description.engine_info());
     let operator = match &input.inputs {
         Some(answers) => Operator::Scripted(answers.iter().cloned().collect()),
         None => Operator::Nobody,
     };
-    offer_plugins(&mut ctx, &operator, &shared.web);
+    shared.session.offer(&mut ctx, &operator);
     // This input's own file, placed as the prompt's declared input file.
     let mut store = Store::memory();
     let placed = match (&shared.prompt.frontmatter.input, &input.input_file) {
@@ -295,14 +287,9 @@ fn run_one(shared: &Shared, job: &Job) -> ResultLine {
     // A file that cannot be placed is this input's fault, not the infrastructure's.
     let input_fault = placed.is_err();
     let host = placed.and_then(|()| {
-        Host::new(
-            shared.model.clone(),
-            Some(shared.web.clone()),
-            store,
-            operator,
-            shared.cancel.clone(),
-            channel(),
-        )
+        shared
+            .session
+            .host(store, operator, shared.cancel.clone(), channel())
     });
     let (outcome, totals, infrastructure) = match host {
         Ok(host) => {
@@ -347,7 +334,7 @@ fn run_one(shared: &Shared, job: &Job) -> ResultLine {
         id: input.id.clone(),
         seed: job.seed,
         status: status.to_owned(),
-        outcome: serde_json::to_value(crate::run::outcome_json(&outcome)).unwrap_or(Json::Null),
+        outcome: serde_json::to_value(crate::report::outcome_json(&outcome)).unwrap_or(Json::Null),
         failures,
         infrastructure,
         rounds: totals.rounds,
@@ -658,9 +645,7 @@ fn batch_inner(args: &BatchArgs, ui: Ui) -> Result<ExitCode, String> {
             decl.path
         );
     }
-    let config = Config::default();
-    let model = current_model(args.script.as_deref(), args.model.as_deref(), &config)?;
-    let web = Arc::new(web_plugin(args.web_script.as_deref(), &config)?);
+    let session = Session::open(&args.models, None)?;
     let start_ms = start_instant(args.when.as_deref())?;
 
     // What is done already, and what to run again.
@@ -700,7 +685,7 @@ fn batch_inner(args: &BatchArgs, ui: Ui) -> Result<ExitCode, String> {
         .enable_all()
         .build()
         .map_err(|e| format!("cannot start the async runtime: {e}"))?;
-    let mcp = config.mcp_plugins(&prompt.frontmatter)?;
+    let mcp = session.mcp_for(&prompt.frontmatter)?;
     let shared = Arc::new(Shared {
         inputs_dir: args
             .inputs
@@ -713,8 +698,7 @@ fn batch_inner(args: &BatchArgs, ui: Ui) -> Result<ExitCode, String> {
         mcp,
         runtime: runtime.handle().clone(),
         prompt: Arc::new(prompt),
-        model,
-        web,
+        session,
         start_ms,
         concurrency: args.concurrency,
         slots: Arc::new(tokio::sync::Semaphore::new(args.concurrency as usize)),
