@@ -5,12 +5,13 @@
 use std::sync::Arc;
 
 use promptforge_lua::vm::Request;
+use promptforge_protocol::request::{SectionRequest, StoreCall};
 use serde_json::Value as Json;
 
 use crate::args::derive_argv;
 use crate::outcome::RunError;
 use crate::protocol::{Answer, Effect, store_error_answer};
-use crate::requests::{harness_effect, lua_error, store_op, text_field};
+use crate::requests::{lua_error, store_op};
 use crate::run::{CALL_DEPTH_CAP, Run};
 use crate::strand::Seed;
 use crate::strand::{Chain, Entry, Start, Strand};
@@ -50,23 +51,31 @@ impl Run {
         entry: &mut Entry,
         request: &Request,
     ) -> Result<Dispatch, String> {
-        let payload = &request.payload;
-        Ok(match request.op.as_str() {
-            "store" => self.store_call(s, payload),
-            "call" => self.start_call(s, entry, payload),
-            "fanout" => self.start_fanout(s, entry, payload),
+        let call = request.call.as_ref().map_err(Clone::clone)?;
+        Ok(match call {
+            SectionRequest::Store(call) => self.store_call(s, call),
+            SectionRequest::Call { target, input } => {
+                self.start_call(s, entry, target, input.as_deref())
+            }
+            SectionRequest::Fanout { worker, items } => self.start_fanout(s, entry, worker, items),
             // The shim's pause before reading or changing run-wide model state while the
             // strand ran ahead: in the committed order it returns at once.
-            "sync" => Dispatch::Answer(Answer::Value(Json::Null)),
-            op if op.starts_with("tasks.") => self.tasks_call(s, entry, op, payload),
-            _ => return harness_effect(request).map(Dispatch::Effect),
+            SectionRequest::Sync => Dispatch::Answer(Answer::Value(Json::Null)),
+            SectionRequest::Tasks(call) => self.tasks_call(s, entry, call),
+            SectionRequest::Round(round) => Dispatch::Effect(Effect::ModelRound(round.clone())),
+            SectionRequest::Ask => Dispatch::Effect(Effect::Ask),
+            SectionRequest::ToolCall { alias, path, args } => Dispatch::Effect(Effect::Tool {
+                alias: alias.clone(),
+                path: path.clone(),
+                args: args.clone(),
+            }),
         })
     }
 
     /// A store call: its path and arguments are checked and its claim recorded before it
     /// reaches the store; a claims conflict ends the run.
-    fn store_call(&mut self, s: &Strand, payload: &Json) -> Dispatch {
-        let op = match store_op(payload) {
+    fn store_call(&mut self, s: &Strand, call: &StoreCall) -> Dispatch {
+        let op = match store_op(call) {
             Ok(op) => op,
             Err(answer) => return Dispatch::Answer(answer),
         };
@@ -133,15 +142,14 @@ impl Run {
     }
 
     /// `call(target, input?)`: a called chain on top of the caller's, or a refusal at the call.
-    fn start_call(&mut self, s: &mut Strand, entry: &Entry, payload: &Json) -> Dispatch {
-        let input = payload.get("input").and_then(Json::as_str);
-        let start = match self.chain_start(
-            s,
-            entry,
-            text_field(payload, "target"),
-            input,
-            Starter::Call,
-        ) {
+    fn start_call(
+        &mut self,
+        s: &mut Strand,
+        entry: &Entry,
+        target: &str,
+        input: Option<&str>,
+    ) -> Dispatch {
+        let start = match self.chain_start(s, entry, target, input, Starter::Call) {
             Ok(start) => start,
             Err(message) => return Dispatch::Answer(lua_error(message)),
         };

@@ -11,7 +11,7 @@ use crate::events::{AbandonReason, Origin, TaskEnding};
 use crate::failure::{error_value_of, is_exhausted};
 use crate::ids::TaskId;
 use crate::protocol::Answer;
-use crate::requests::{lua_error, text_field};
+use crate::requests::{lua_error};
 use crate::run::Run;
 use crate::strand::{Entry, Seed, Start, Strand, StrandId, TaskWait};
 
@@ -47,19 +47,11 @@ impl Run {
         &mut self,
         s: &mut Strand,
         entry: &Entry,
-        payload: &Json,
+        worker: &str,
+        items: &[Json],
     ) -> Dispatch {
-        let items = match payload.get("items") {
-            Some(Json::Array(items)) => items.clone(),
-            _ => Vec::new(),
-        };
-        let start = match self.chain_start(
-            s,
-            entry,
-            text_field(payload, "worker"),
-            None,
-            Starter::Fanout,
-        ) {
+        let items = items.to_vec();
+        let start = match self.chain_start(s, entry, worker, None, Starter::Fanout) {
             Ok(start) => start,
             Err(message) => return Dispatch::Answer(lua_error(message)),
         };

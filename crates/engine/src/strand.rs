@@ -73,7 +73,7 @@ pub(crate) struct Entry {
     pub(crate) notices: Vec<Notice>,
     /// A suspended call not dispatched yet: the strand ran ahead to it, and it waits for the
     /// committed order to reach it.
-    pub(crate) pending: Option<Request>,
+    pub(crate) pending: Option<Box<Request>>,
 }
 
 impl Entry {

@@ -15,7 +15,8 @@ use crate::events::{AbandonReason, EventKind, Origin, TaskEnding};
 use crate::failure::error_value_of;
 use crate::ids::{TaskId, join_ids};
 use crate::protocol::{Answer, Effect, ErrorValue, RunErrorKind};
-use crate::requests::{lua_error, text_field};
+use crate::requests::lua_error;
+use promptforge_protocol::request::TasksCall;
 use crate::run::{MAIN, Run, StrandEnd};
 use crate::scheduler::Work;
 use crate::strand::{Chain, Entry, Seed, Slot, Start, Strand, StrandId, TaskWait, Wait};
@@ -452,19 +453,26 @@ impl Run {
         &mut self,
         s: &mut Strand,
         entry: &mut Entry,
-        op: &str,
-        payload: &Json,
+        call: &TasksCall,
     ) -> Dispatch {
-        let task = text_field(payload, "task");
         let refused = |error: ErrorValue| Dispatch::Answer(Answer::Error(error));
-        match op {
-            "tasks.spawn" => self.spawn_call(s, entry, payload),
-            "tasks.join_any" | "tasks.join" => self.wait_call(s, op == "tasks.join", payload),
-            "tasks.concurrency" => {
+        match call {
+            TasksCall::Spawn {
+                target,
+                input,
+                item,
+                index,
+            } => self.spawn_call(s, entry, target, input.as_deref(), item, *index),
+            TasksCall::Wait {
+                all,
+                members,
+                timeout,
+            } => self.wait_call(s, *all, members, *timeout),
+            TasksCall::Concurrency { limit } => {
                 let Some(key) = s.top().map(|c| c.key) else {
                     return Dispatch::Answer(lua_error("internal invariant violated: no chain"));
                 };
-                let limit = match payload.get("limit").and_then(Json::as_u64) {
+                let limit = match *limit {
                     Some(n) => {
                         let limit = self
                             .admission
@@ -477,19 +485,19 @@ impl Run {
                 };
                 Dispatch::Answer(Answer::Value(Json::from(limit)))
             }
-            "tasks.ready" => match self.readable_by(s, task) {
+            TasksCall::Ready { task } => match self.readable_by(s, task) {
                 Ok(id) => Dispatch::Answer(Answer::Value(Json::Bool(!self.tasks.is_live(&id)))),
                 Err(error) => refused(error),
             },
-            "tasks.status" => match self.readable_by(s, task) {
+            TasksCall::Status { task } => match self.readable_by(s, task) {
                 Ok(id) => Dispatch::Answer(Answer::Value(
                     self.status_view(&id, s, Some(entry))
                         .map_or(Json::Null, |v| v.table()),
                 )),
                 Err(error) => refused(error),
             },
-            "tasks.pending" => {
-                let origin = payload.get("origin").and_then(Json::as_str);
+            TasksCall::Pending { origin } => {
+                let origin = origin.as_deref();
                 let owned = s.top().map(|c| c.owned.clone()).unwrap_or_default();
                 let list = owned
                     .iter()
@@ -502,15 +510,15 @@ impl Run {
                     .collect();
                 Dispatch::Answer(Answer::Value(Json::Array(list)))
             }
-            "tasks.note" => {
+            TasksCall::Note { text } => {
                 if s.id != MAIN
                     && let Some(record) = self.tasks.records.get_mut(&s.task)
                 {
-                    record.note = Some(text_field(payload, "text").to_owned());
+                    record.note = Some(text.clone());
                 }
                 Dispatch::Answer(Answer::Value(Json::Null))
             }
-            "tasks.cancel" => match self.owned_by(s, task) {
+            TasksCall::Cancel { task } => match self.owned_by(s, task) {
                 Ok(id) => {
                     let live_model = self
                         .tasks
@@ -538,37 +546,35 @@ impl Run {
                 }
                 Err(error) => refused(error),
             },
-            "tasks.tool" => self.model_tool(s, entry, payload),
-            "tasks.notices" => {
+            TasksCall::Tool { name, args, allow } => {
+                self.model_tool(s, entry, name, args, allow.as_deref())
+            }
+            TasksCall::Notices => {
                 let notices = std::mem::take(&mut entry.notices);
                 let texts = self.take_notices(s.claims, notices);
                 Dispatch::Answer(Answer::Value(Json::from(texts)))
             }
-            other => Dispatch::Answer(lua_error(format!("unknown tasks operation `{other}`"))),
         }
     }
 
     /// `tasks.spawn(target, opts)`: the options were checked in Lua; the target and the depth
     /// cap are checked here.
-    fn spawn_call(&mut self, s: &mut Strand, entry: &Entry, payload: &Json) -> Dispatch {
-        let input = payload.get("input").and_then(Json::as_str);
-        let mut start = match self.chain_start(
-            s,
-            entry,
-            text_field(payload, "target"),
-            input,
-            Starter::Spawn,
-        ) {
+    fn spawn_call(
+        &mut self,
+        s: &mut Strand,
+        entry: &Entry,
+        target: &str,
+        input: Option<&str>,
+        item: &Option<Json>,
+        index: Option<i64>,
+    ) -> Dispatch {
+        let mut start = match self.chain_start(s, entry, target, input, Starter::Spawn) {
             Ok(start) => start,
             Err(message) => return Dispatch::Answer(lua_error(message)),
         };
         start.seed = Seed {
-            item: payload
-                .get("has_item")
-                .and_then(Json::as_bool)
-                .unwrap_or(false)
-                .then(|| payload.get("item").cloned().unwrap_or(Json::Null)),
-            index: payload.get("index").and_then(Json::as_i64),
+            item: item.clone(),
+            index,
         };
         let target = self.target_name(&start);
         let id = self.spawn_task(s, start, Origin::Author, target, None);
@@ -589,15 +595,16 @@ impl Run {
 
     /// `tasks.join_any(set, opts)` and `tasks.join(set, opts)`: the set and options were
     /// checked in Lua; ownership and delivery are checked here, member by member.
-    fn wait_call(&mut self, s: &mut Strand, all: bool, payload: &Json) -> Dispatch {
+    fn wait_call(
+        &mut self,
+        s: &mut Strand,
+        all: bool,
+        set: &[String],
+        timeout: Option<f64>,
+    ) -> Dispatch {
         let mut members = Vec::new();
-        for member in payload
-            .get("members")
-            .and_then(Json::as_array)
-            .into_iter()
-            .flatten()
-        {
-            let text = member.as_str().unwrap_or_default();
+        for text in set {
+            let text = text.as_str();
             let id = match self.owned_by(s, text) {
                 Ok(id) => id,
                 Err(error) => return Dispatch::Answer(Answer::Error(error)),
@@ -614,7 +621,6 @@ impl Run {
             }
             members.push(id);
         }
-        let timeout = payload.get("timeout").and_then(Json::as_f64);
         // Every timed wait takes one child index, even one answered at once (the chapter's
         // only exceptions: no timeout, and refused options, which never get here).
         if timeout.is_some()
@@ -839,10 +845,15 @@ impl Run {
 
     /// The model's task built-ins (`task`, `task_status`, `task_cancel`, `await_tasks`). Every
     /// fault the model can cause comes back as text it can read.
-    fn model_tool(&mut self, s: &mut Strand, entry: &mut Entry, payload: &Json) -> Dispatch {
-        let name = text_field(payload, "name").to_owned();
-        let args = payload.get("args").cloned().unwrap_or(Json::Null);
-        match name.as_str() {
+    fn model_tool(
+        &mut self,
+        s: &mut Strand,
+        entry: &mut Entry,
+        name: &str,
+        args: &Json,
+        allow: Option<&[String]>,
+    ) -> Dispatch {
+        match name {
             "task" => {
                 let Some(target) = args.get("target").and_then(Json::as_str) else {
                     return tool_text(
@@ -858,12 +869,8 @@ impl Run {
                     }
                 };
                 let target = target.trim();
-                if let Some(Json::Array(allowed)) = payload.get("allow") {
-                    let allowed: Vec<&str> = allowed
-                        .iter()
-                        .filter_map(Json::as_str)
-                        .map(str::trim)
-                        .collect();
+                if let Some(allowed) = allow {
+                    let allowed: Vec<&str> = allowed.iter().map(|a| a.trim()).collect();
                     if !allowed.contains(&target) {
                         return tool_text(
                             format!(

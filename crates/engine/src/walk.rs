@@ -395,7 +395,10 @@ impl Run {
             };
             if let BlockStep::Suspended(request) = &step
                 && self.ahead.is_some()
-                && !local_request(request)
+                && !request
+                    .call
+                    .as_ref()
+                    .is_ok_and(promptforge_protocol::request::SectionRequest::is_local)
             {
                 // Only the committed order may pass this call: the strand stops here.
                 if let BlockStep::Suspended(request) = step {
@@ -738,23 +741,5 @@ impl Run {
                 h1_gate: place == Place::H1 && !around,
             }),
         }
-    }
-}
-
-/// Whether a strand running ahead may make this call: model rounds, tool calls (but the
-/// operator's ask tool) and `call` depend only on the strand's own state. Everything else
-/// (store calls, fanouts, tasks, questions, the shim's `sync`) observes or changes what other
-/// strands see, so it waits for the committed order.
-fn local_request(request: &promptforge_lua::vm::Request) -> bool {
-    match request.op.as_str() {
-        "model.infer" | "model.loop" | "call" => true,
-        "tool.call" => {
-            request
-                .payload
-                .get("path")
-                .and_then(serde_json::Value::as_str)
-                != Some(crate::protocol::ASK_TOOL_PATH)
-        }
-        _ => false,
     }
 }

@@ -28,6 +28,7 @@ use crate::raise::find_raise;
 use crate::substitution::{self, Data, Sources, SysLookup};
 use promptforge_protocol::conversation::{Message, ToolSpec, Usage};
 use promptforge_protocol::effect::{ModelRound, ModelTarget};
+use promptforge_protocol::request::SectionRequest;
 
 /// The memory ceiling of one section VM.
 pub const MEMORY_LIMIT: usize = 64 * 1024 * 1024;
@@ -256,20 +257,16 @@ pub struct BoundTool {
     pub untrusted: bool,
 }
 
-/// A suspending call's request: the operation name and its payload (JSON data), as the shim
-/// yielded them. The engine parses it into a closed set of effects and rejects anything else.
+/// A suspending call's request, decoded once from what the shim yielded, and where it was
+/// made.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Request {
-    /// The operation, such as `store.read`.
-    pub op: String,
-    /// Its arguments.
-    pub payload: Json,
+    /// What the section asks for; `Err` names a request the shim yielded malformed (an
+    /// internal error).
+    pub call: Result<SectionRequest, String>,
     /// Where the call was made: the region label and the prompt file line of the innermost
     /// frame in one of the prompt's regions.
     pub site: Option<(String, u32)>,
-    /// For `model.loop` and `model.infer`: the round, decoded once from what the shim yielded
-    /// (its composed messages never pass through JSON), or why it could not be.
-    pub round: Option<Result<ModelRound, String>>,
 }
 
 /// The first value a block returned, rendered by the scalar return rule.
@@ -327,7 +324,7 @@ impl LuaFailure {
 #[derive(Debug, Clone, PartialEq)]
 pub enum BlockStep {
     /// The block suspended on a call to the engine.
-    Suspended(Request),
+    Suspended(Box<Request>),
     /// The block finished; `Some` when it returned a scalar result.
     Finished(BlockResult),
     /// The block failed.
@@ -1022,7 +1019,7 @@ impl SectionVm {
                 FailureKind::Internal,
                 format!(
                     "the shared library suspended on `{}` with no one to answer",
-                    request.op
+                    request.call.as_ref().map_or("?", SectionRequest::name)
                 ),
             )),
         }
@@ -1093,19 +1090,17 @@ impl SectionVm {
                 _ => String::new(),
             };
             let value = values.next().unwrap_or(Value::Nil);
-            let (payload, round) = match (op.as_str(), &value) {
+            let call = match (op.as_str(), &value) {
                 ("model.loop" | "model.infer", Value::Table(request)) => {
-                    (Json::Null, Some(model_round(op == "model.infer", request)))
+                    model_round(op == "model.infer", request).map(SectionRequest::Round)
                 }
-                _ => (json::to_json(&value, "request").unwrap_or(Json::Null), None),
+                _ => SectionRequest::decode(
+                    &op,
+                    json::to_json(&value, "request").unwrap_or(Json::Null),
+                ),
             };
             let site = self.shared.borrow_mut().call_site.take();
-            return BlockStep::Suspended(Request {
-                op,
-                payload,
-                site,
-                round,
-            });
+            return BlockStep::Suspended(Box::new(Request { call, site }));
         }
         self.current = None;
         self.shared.borrow_mut().prose = Prose::Unset;

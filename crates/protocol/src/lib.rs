@@ -13,9 +13,12 @@
 //! - [`store`]: store paths, patterns, line ranges, and the store's operations, answers and
 //!   failures (chapter 09).
 //! - [`host`]: what a Host tells a run at prepare (Plugins, tools, its current model).
+//! - [`request`]: what a section asks its engine for when it suspends, one typed request per
+//!   suspending call.
 
 pub mod conversation;
 pub mod effect;
 pub mod errors;
 pub mod host;
+pub mod request;
 pub mod store;
