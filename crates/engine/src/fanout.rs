@@ -11,7 +11,7 @@ use crate::events::{AbandonReason, Origin, TaskEnding};
 use crate::failure::{error_value_of, is_exhausted};
 use crate::ids::TaskId;
 use crate::protocol::Answer;
-use crate::requests::{lua_error};
+use crate::requests::lua_error;
 use crate::run::Run;
 use crate::strand::{Entry, Seed, Start, Strand, StrandId, TaskWait};
 

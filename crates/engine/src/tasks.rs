@@ -16,10 +16,10 @@ use crate::failure::error_value_of;
 use crate::ids::{TaskId, join_ids};
 use crate::protocol::{Answer, Effect, ErrorValue, RunErrorKind};
 use crate::requests::lua_error;
-use promptforge_protocol::request::TasksCall;
 use crate::run::{MAIN, Run, StrandEnd};
 use crate::scheduler::Work;
 use crate::strand::{Chain, Entry, Seed, Slot, Start, Strand, StrandId, TaskWait, Wait};
+use promptforge_protocol::request::TasksCall;
 
 /// A task notice waiting for the model of the section that started the task.
 #[derive(Debug, Clone)]

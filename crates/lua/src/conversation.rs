@@ -1,20 +1,19 @@
 //! Message lists for `models.loop` (chapter 11): checking a list, composing it for the model,
 //! the context precheck, and accepting a round's reply.
 //!
-//! Everything here is pure data in, data out. The Lua side converts the prompt's message list
-//! to JSON ([`serde_json::Value`]: sequences as arrays, other tables as objects, an empty table
-//! as `{}`), checks the two rules that need Lua types (the list is a table; every value is
-//! JSON-representable), and then calls [`check_list`], which applies every other rule of
-//! "Checking the list" in the chapter's order and returns the checked [`Message`]s with their
-//! extra fields dropped. [`compose`] merges runs of records the way the model receives them,
-//! [`estimate_tokens`], [`reply_room`] and [`UsageMemory`] implement the precheck, and
-//! [`check_reply_calls`], [`reply_arguments`] and [`empty_reply_outcome`] decide what happens to
-//! a round's reply.
+//! Everything here is pure data in, data out. A record reaches [`check_record`] as JSON
+//! ([`serde_json::Value`]: sequences as arrays, other tables as objects, an empty table as
+//! `{}`) after the Lua side checked the two rules that need Lua types (the list is a table;
+//! every value is JSON-representable); it applies the record's own rules in the chapter's
+//! order and returns it as a [`Message`] with its extra fields dropped, and [`check_across`]
+//! applies the rules that span records. `loop_list.rs` runs both every round, converting only
+//! the records that changed. [`compose`] merges runs of records the way the model receives
+//! them, [`reply_room`], [`fits`] and [`UsageMemory`] implement the precheck, and
+//! [`check_reply_calls`] and [`reply_arguments`] decide what happens to a round's reply. The
+//! empty-reply rule lives in the shim (`shim/models.lua`), beside the loop it ends.
 //!
-//! A [`Record`] serializes to the chapter-11 record shape (`role`, `content`, `tool_calls` only
-//! when non-empty, `tool_call_id` only when set; parts as `{"type":"text","text":..}` and
-//! `{"type":"image_url","image_url":{"url":..}}`), the same JSON the Harness's model messages
-//! read.
+//! The records are the protocol's [`Message`]s, so a checked record is what the model round
+//! carries and the Harness sends: one type from the list to the wire.
 
 use std::borrow::Borrow;
 use std::collections::HashSet;
@@ -40,6 +39,7 @@ pub enum Role {
 }
 
 impl Role {
+    #[cfg(test)]
     /// The role string as a record spells it.
     pub fn as_str(self) -> &'static str {
         match self {
@@ -134,6 +134,7 @@ pub struct Checked {
     sets_tool_call_id: bool,
 }
 
+#[cfg(test)]
 /// Checks a message list converted to JSON and returns its records, extra fields dropped.
 ///
 /// The Lua side has already checked that the list is a table and that every value in it is
@@ -636,6 +637,7 @@ fn into_parts(content: Content) -> Vec<ContentPart> {
 
 /// The most room kept for the reply when the handle sets no `max_tokens`.
 pub const DEFAULT_REPLY_ROOM_CAP: u64 = 8192;
+#[cfg(test)]
 /// The context window of a `models.get` handle for a raw model id.
 pub const RAW_MODEL_CONTEXT: u64 = 8192;
 /// The per-record overhead of the estimate.
@@ -650,6 +652,7 @@ pub fn tool_call_bytes(call: &ToolCall) -> u64 {
         .unwrap_or(0)
 }
 
+#[cfg(test)]
 /// The estimate for records already composed: their total counted UTF-8 bytes (plain string
 /// content, text parts' text, and each tool call's [`tool_call_bytes`]; images count nothing)
 /// divided by 4 once with the remainder dropped, plus 4 per record.
@@ -703,16 +706,19 @@ impl<M: Borrow<Message> + Clone + PartialEq> UsageMemory<M> {
         Self::default()
     }
 
+    #[cfg(test)]
     /// Forgets any remembered total.
     pub fn clear(&mut self) {
         self.remembered = None;
     }
 
+    #[cfg(test)]
     /// Whether a provider total is remembered.
     pub fn is_empty(&self) -> bool {
         self.remembered.is_none()
     }
 
+    #[cfg(test)]
     /// The request's token count on `model_id`: the remembered total plus the estimate for the
     /// records after the reply, when the memory is for this model and `composed` has more
     /// records than the round sent, starts with exactly those records, and continues with an
@@ -745,6 +751,7 @@ impl<M: Borrow<Message> + Clone + PartialEq> UsageMemory<M> {
         estimate(0)
     }
 
+    #[cfg(test)]
     /// The precheck: true when the request's token count plus the reply room is at most the
     /// context window (a total equal to the window passes).
     pub fn precheck(
@@ -785,9 +792,6 @@ impl<M: Borrow<Message> + Clone + PartialEq> UsageMemory<M> {
 // ---------------------------------------------------------------------------------------------
 // Accepting a reply
 // ---------------------------------------------------------------------------------------------
-
-/// The message of `empty_model_reply`.
-pub const EMPTY_REPLY_MESSAGE: &str = "the model replied with no text and no tool calls";
 
 /// The prefix of every malformed-reply message (an `internal`-kind error at the call).
 pub const MALFORMED_REPLY_PREFIX: &str = "malformed model reply: ";
@@ -842,39 +846,6 @@ pub fn check_reply_calls(calls: &[ToolCall]) -> Result<(), String> {
         }
     }
     Ok(())
-}
-
-/// What happens to an empty reply.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum EmptyReply {
-    /// The clean exit: append `{ role = "assistant", content = "" }` and return.
-    CleanExit,
-    /// Raise `empty_model_reply` with [`EMPTY_REPLY_MESSAGE`] and this finish reason.
-    Error {
-        /// The provider's finish reason, when it sent one.
-        finish_reason: Option<String>,
-    },
-}
-
-/// Decides an empty reply. `None` when the reply is not empty (it has non-blank text or tool
-/// calls). Otherwise the clean exit when the finish reason is exactly `"stop"` and at least one
-/// tool call has been answered in this loop; every other empty reply (no tool call answered
-/// yet, `"length"`, any other reason, or none) is the error.
-pub fn empty_reply_outcome(
-    text_is_blank: bool,
-    has_calls: bool,
-    finish_reason: Option<&str>,
-    answered_calls_in_loop: bool,
-) -> Option<EmptyReply> {
-    if !text_is_blank || has_calls {
-        return None;
-    }
-    if finish_reason == Some("stop") && answered_calls_in_loop {
-        return Some(EmptyReply::CleanExit);
-    }
-    Some(EmptyReply::Error {
-        finish_reason: finish_reason.map(str::to_owned),
-    })
 }
 
 #[cfg(test)]
@@ -2198,55 +2169,6 @@ mod tests {
         assert!(is_blank(""));
         assert!(is_blank(" \n\t "));
         assert!(!is_blank(" x "));
-    }
-
-    #[test]
-    fn non_empty_replies_are_not_decided_here() {
-        assert_eq!(empty_reply_outcome(false, false, Some("stop"), false), None);
-        assert_eq!(
-            empty_reply_outcome(false, false, Some("length"), false),
-            None
-        );
-        assert_eq!(empty_reply_outcome(true, true, None, false), None);
-    }
-
-    #[test]
-    fn clean_exit_needs_stop_after_an_answered_call() {
-        assert_eq!(
-            empty_reply_outcome(true, false, Some("stop"), true),
-            Some(EmptyReply::CleanExit)
-        );
-    }
-
-    #[test]
-    fn every_other_empty_reply_is_an_error() {
-        let error = |reason: Option<&str>| {
-            Some(EmptyReply::Error {
-                finish_reason: reason.map(str::to_owned),
-            })
-        };
-        assert_eq!(
-            empty_reply_outcome(true, false, Some("stop"), false),
-            error(Some("stop"))
-        );
-        assert_eq!(
-            empty_reply_outcome(true, false, Some("length"), true),
-            error(Some("length"))
-        );
-        assert_eq!(
-            empty_reply_outcome(true, false, Some("length"), false),
-            error(Some("length"))
-        );
-        assert_eq!(empty_reply_outcome(true, false, None, true), error(None));
-        assert_eq!(empty_reply_outcome(true, false, None, false), error(None));
-        assert_eq!(
-            empty_reply_outcome(true, false, Some("content_filter"), true),
-            error(Some("content_filter"))
-        );
-        assert_eq!(
-            EMPTY_REPLY_MESSAGE,
-            "the model replied with no text and no tool calls"
-        );
     }
 
     // ----- serialization -----

@@ -5,13 +5,13 @@
 //! specified order, the guards on `var`, `sys` and `_G`, deterministic `pairs`/`next`, error
 //! values, and the yield shims through which suspending calls reach the engine. It does no I/O.
 
-pub mod conversation;
+pub(crate) mod conversation;
 pub mod json;
 mod loop_list;
 pub mod models;
-pub mod order;
-pub mod raise;
-pub mod substitution;
+pub(crate) mod order;
+pub(crate) mod raise;
+pub(crate) mod substitution;
 pub mod task_id;
 pub mod untrusted;
 pub mod vm;

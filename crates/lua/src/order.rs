@@ -23,17 +23,21 @@
 //! `__pairs` metamethod's call back to Lua as a tail call, so that call is not made from Rust.
 
 use std::cmp::Ordering;
+#[cfg(test)]
 use std::sync::OnceLock;
 
+#[cfg(test)]
 use mlua::chunk::ChunkMode;
 use mlua::{Function, IntoLuaMulti, Lua, MultiValue, Table, Value};
 
 /// 2^63 as a float: the first float above every `i64`.
 const TWO_POW_63: f64 = 9_223_372_036_854_775_808.0;
 
+#[cfg(test)]
 /// The chunk name of the wrappers, seen in tracebacks.
 const WRAPPERS_NAME: &str = "=promptforge.order";
 
+#[cfg(test)]
 /// The wrappers compiled once per process: every later [`install`] loads this bytecode instead
 /// of compiling the source again. The chunk reads no globals (everything it uses is passed in),
 /// so the bytecode is independent of the state it was compiled in.
@@ -119,6 +123,7 @@ end
 return pairs, next, concat
 "#;
 
+#[cfg(test)]
 /// Replace the globals `pairs` and `next` and the function `table.concat` in `lua`'s globals
 /// with the deterministic versions.
 ///
@@ -224,6 +229,7 @@ pub fn ordered_keys(table: &Table) -> mlua::Result<Vec<Value>> {
     Ok(keys)
 }
 
+#[cfg(test)]
 /// The wrappers chunk as a function, from the cached bytecode when there is one.
 fn load_wrappers(lua: &Lua) -> mlua::Result<Function> {
     if let Some(bytecode) = WRAPPERS_BYTECODE.get() {
@@ -243,6 +249,7 @@ fn load_wrappers(lua: &Lua) -> mlua::Result<Function> {
     Ok(function)
 }
 
+#[cfg(test)]
 /// Look up a field that `install` cannot work without.
 fn required<V: mlua::FromLua>(table: &Table, name: &str) -> mlua::Result<V> {
     table.raw_get::<Option<V>>(name)?.ok_or_else(|| {

@@ -6,6 +6,8 @@
 //! that either finishes, fails, or suspends with a [`Request`] for the engine. Nothing here
 //! performs I/O.
 
+mod ops;
+
 use std::cell::RefCell;
 use std::rc::Rc;
 use std::sync::Arc;
@@ -44,58 +46,58 @@ const GC_START_BYTES: usize = 4 * 1024 * 1024;
 const CANCEL_POLL_INSTRUCTIONS: u32 = 1000;
 
 const SHIM_NAME: &str = "=promptforge/vm.lua";
-const SHIM_SOURCE: &str = include_str!("shim/vm.lua");
+const SHIM_SOURCE: &str = include_str!("../shim/vm.lua");
 /// Shim modules loaded on a VM's first use of them: (name, chunk name, source).
 const SHIM_MODULES: [(&str, &str, &str); 10] = [
     (
         "support",
         "=promptforge/support.lua",
-        include_str!("shim/support.lua"),
+        include_str!("../shim/support.lua"),
     ),
     (
         "globals",
         "=promptforge/globals.lua",
-        include_str!("shim/globals.lua"),
+        include_str!("../shim/globals.lua"),
     ),
     (
         "errors",
         "=promptforge/errors.lua",
-        include_str!("shim/errors.lua"),
+        include_str!("../shim/errors.lua"),
     ),
     (
         "text",
         "=promptforge/text.lua",
-        include_str!("shim/text.lua"),
+        include_str!("../shim/text.lua"),
     ),
     (
         "proxies",
         "=promptforge/proxies.lua",
-        include_str!("shim/proxies.lua"),
+        include_str!("../shim/proxies.lua"),
     ),
     (
         "control",
         "=promptforge/control.lua",
-        include_str!("shim/control.lua"),
+        include_str!("../shim/control.lua"),
     ),
     (
         "store",
         "=promptforge/store.lua",
-        include_str!("shim/store.lua"),
+        include_str!("../shim/store.lua"),
     ),
     (
         "models",
         "=promptforge/models.lua",
-        include_str!("shim/models.lua"),
+        include_str!("../shim/models.lua"),
     ),
     (
         "tools",
         "=promptforge/tools.lua",
-        include_str!("shim/tools.lua"),
+        include_str!("../shim/tools.lua"),
     ),
     (
         "tasks",
         "=promptforge/tasks.lua",
-        include_str!("shim/tasks.lua"),
+        include_str!("../shim/tasks.lua"),
     ),
 ];
 /// Registry key of the shim's private API table.
@@ -627,375 +629,16 @@ impl SectionVm {
         lua.create_function(
             move |lua, (op, a, b, c, d): (mlua::LuaString, Value, Value, Value, Value)| {
                 let op = op.to_str()?;
-                match &*op {
-                    "models_use" => {
-                        let count = match a {
-                            Value::Integer(n) => usize::try_from(n).unwrap_or(0),
-                            _ => 0,
-                        };
-                        let result = {
-                            let st = s.borrow();
-                            let state = st.models.borrow();
-                            models::models_use(&state, count, &b, &c)
-                        };
-                        match result {
-                            Ok(handle) => {
-                                s.borrow_mut().selection =
-                                    Some((handle.name.clone(), handle.sampling));
-                                (models::handle_value(lua, handle)?, Value::Nil).into_lua_multi(lua)
-                            }
-                            Err(message) => (Value::Nil, message).into_lua_multi(lua),
-                        }
-                    }
-                    "models_default" => {
-                        if c != Value::Boolean(true) && s.borrow().models.borrow().ahead {
-                            return (Value::Nil, Value::Nil, true).into_lua_multi(lua);
-                        }
-                        let result = {
-                            let st = s.borrow();
-                            let mut state = st.models.borrow_mut();
-                            models::models_default(&mut state, &a)
-                        };
-                        match result {
-                            Ok(handle) => {
-                                (models::handle_value(lua, handle)?, Value::Nil).into_lua_multi(lua)
-                            }
-                            Err(message) => (Value::Nil, message).into_lua_multi(lua),
-                        }
-                    }
-                    "models_get" => {
-                        let result = {
-                            let st = s.borrow();
-                            let state = st.models.borrow();
-                            models::models_get(&state, &a)
-                        };
-                        match result {
-                            Ok(handle) => {
-                                (models::handle_value(lua, handle)?, Value::Nil).into_lua_multi(lua)
-                            }
-                            Err(message) => (Value::Nil, message).into_lua_multi(lua),
-                        }
-                    }
-                    "is_handle" => models::as_handle(&a).is_some().into_lua_multi(lua),
-                    "round_model" => {
-                        let st = s.borrow();
-                        if models::as_handle(&a).is_none()
-                            && st.selection.is_none()
-                            && c != Value::Boolean(true)
-                            && st.models.borrow().default_unsettled()
-                        {
-                            return (Value::Nil, Value::Nil, true).into_lua_multi(lua);
-                        }
-                        match models::round_handle(
-                            &st.models,
-                            models::as_handle(&a),
-                            st.selection.as_ref(),
-                        ) {
-                            Some(handle) => {
-                                json::from_json(lua, &handle.to_json())?.into_lua_multi(lua)
-                            }
-                            None => (
-                                Value::Nil,
-                                format!("model binding required for section {}", st.section_name),
-                            )
-                                .into_lua_multi(lua),
-                        }
-                    }
-                    "role_globals" => {
-                        let handles = s.borrow().models.borrow().bound_handles();
-                        let t = lua.create_table()?;
-                        for handle in handles {
-                            let name = handle.name.clone();
-                            t.raw_set(name, models::handle_value(lua, handle)?)?;
-                        }
-                        t.into_lua_multi(lua)
-                    }
-                    "loop_list" => lua
-                        .create_userdata(LoopList::default())?
-                        .into_lua_multi(lua),
-                    "loop_scan" => {
-                        // The shim's walk over a message list: trusted, finite code that runs
-                        // no metamethod, so it runs without the count hook, which would
-                        // otherwise cost it a call into the hook machinery per instruction.
-                        let Value::Function(scan) = a else {
-                            return Value::Nil.into_lua_multi(lua);
-                        };
-                        lua.remove_hook();
-                        let found = scan.call::<Value>((b, c));
-                        set_cancel_hook(lua, &poll)?;
-                        found?.into_lua_multi(lua)
-                    }
-                    "loop_fits" => {
-                        let Value::UserData(state) = &a else {
-                            return (Value::Nil, "models.loop state missing").into_lua_multi(lua);
-                        };
-                        let list = state.borrow::<LoopList>()?;
-                        (Value::Boolean(true), loop_fits(&s, &list, &b)).into_lua_multi(lua)
-                    }
-                    "loop_compose" => {
-                        let Value::UserData(state) = &a else {
-                            return (Value::Nil, "models.loop state missing").into_lua_multi(lua);
-                        };
-                        let mut list = state.borrow_mut::<LoopList>()?;
-                        let unchanged = match d {
-                            Value::Integer(n) => usize::try_from(n).ok(),
-                            _ => None,
-                        };
-                        match list.check(&b, unchanged)? {
-                            Ok(()) => {
-                                (Value::Boolean(true), loop_fits(&s, &list, &c)).into_lua_multi(lua)
-                            }
-                            Err(message) => (Value::Nil, message).into_lua_multi(lua),
-                        }
-                    }
-                    "loop_record" => {
-                        let Value::UserData(state) = &a else {
-                            return Ok(MultiValue::new());
-                        };
-                        let list = state.borrow::<LoopList>()?;
-                        let target = json::to_json(&b, "model").unwrap_or(Json::Null);
-                        let usage = json::to_json(&c, "usage")
-                            .ok()
-                            .and_then(|u| serde_json::from_value::<Usage>(u).ok());
-                        s.borrow_mut().usage.record_round(
-                            list.composed(),
-                            &usage_key(&target),
-                            usage,
-                        );
-                        Ok(MultiValue::new())
-                    }
-                    "loop_check_calls" => {
-                        let calls = json::to_json(&a, "tool_calls").unwrap_or(Json::Null);
-                        match check_calls(&calls) {
-                            Ok(()) => Ok(MultiValue::new()),
-                            Err(message) => message.into_lua_multi(lua),
-                        }
-                    }
-                    "var_data" => {
-                        let data = json::from_json(lua, &s.borrow().var)?;
-                        match data {
-                            Value::Table(t) => t.into_lua_multi(lua),
-                            _ => lua.create_table()?.into_lua_multi(lua),
-                        }
-                    }
-                    "load_module" => {
-                        let name = match &a {
-                            Value::String(name) => name.to_string_lossy(),
-                            _ => String::new(),
-                        };
-                        let Some((_, chunk, bytecode)) =
-                            module_bytecode().iter().find(|(n, _, _)| *n == name)
-                        else {
-                            return Err(mlua::Error::RuntimeError(format!(
-                                "unknown shim module `{name}`"
-                            )));
-                        };
-                        lua.load(&bytecode[..])
-                            .set_name(*chunk)
-                            .set_mode(ChunkMode::Binary)
-                            .into_function()?
-                            .into_lua_multi(lua)
-                    }
-                    "fanout_members" => match &a {
-                        Value::Table(collection) => match fanout_members(lua, collection)? {
-                            Ok(members) => (members, Value::Nil).into_lua_multi(lua),
-                            Err(message) => (Value::Nil, message).into_lua_multi(lua),
-                        },
-                        _ => (Value::Nil, "fanout collection must be a table").into_lua_multi(lua),
-                    },
-                    "valid_name" => match &a {
-                        Value::String(name) => {
-                            promptforge_syntax::names::is_valid_name(&name.to_string_lossy())
-                                .into_lua_multi(lua)
-                        }
-                        _ => false.into_lua_multi(lua),
-                    },
-                    "json_ok" => json::to_json(&a, "args").is_ok().into_lua_multi(lua),
-                    "scalar_text" => match scalar_result(&a) {
-                        Ok(text) => (text.unwrap_or_default(), Value::Nil).into_lua_multi(lua),
-                        Err(message) => (Value::Nil, message).into_lua_multi(lua),
-                    },
-                    "tools_always" => {
-                        let alias = match &a {
-                            Value::String(alias) => alias.to_string_lossy(),
-                            _ => return Ok(MultiValue::new()),
-                        };
-                        let description = match &b {
-                            Value::String(d) => Some(d.to_string_lossy()),
-                            _ => None,
-                        };
-                        let st = s.borrow();
-                        let mut state = st.models.borrow_mut();
-                        if c != Value::Boolean(true) && state.ahead {
-                            return (Value::Nil, Value::Nil, true).into_lua_multi(lua);
-                        }
-                        match state.tools_always.iter_mut().find(|(a, _)| *a == alias) {
-                            Some(entry) => {
-                                if description.is_some() {
-                                    entry.1 = description;
-                                }
-                            }
-                            None => state.tools_always.push((alias, description)),
-                        }
-                        Ok(MultiValue::new())
-                    }
-                    "tools_always_list" => {
-                        let st = s.borrow();
-                        if c != Value::Boolean(true) && st.models.borrow().tools_unsettled() {
-                            return (Value::Nil, Value::Nil, true).into_lua_multi(lua);
-                        }
-                        let list = lua.create_table()?;
-                        for (i, (alias, description)) in
-                            st.models.borrow().tools_always.iter().enumerate()
-                        {
-                            let t = lua.create_table()?;
-                            t.raw_set("alias", alias.as_str())?;
-                            t.raw_set("description", description.as_deref())?;
-                            list.raw_set(i + 1, t)?;
-                        }
-                        list.into_lua_multi(lua)
-                    }
-                    "first_tool_call" => {
-                        // sys.model appears at the section's first tool call, when it has a model.
-                        let mut st = s.borrow_mut();
-                        if st.selection.is_none()
-                            && c != Value::Boolean(true)
-                            && st.models.borrow().default_unsettled()
-                        {
-                            return (Value::Nil, Value::Nil, true).into_lua_multi(lua);
-                        }
-                        let model = models::round_handle(&st.models, None, st.selection.as_ref());
-                        if let (Some(handle), Json::Object(sys)) = (model, &mut st.sys) {
-                            sys.insert("model".to_owned(), Json::String(handle.model_id));
-                        }
-                        Ok(MultiValue::new())
-                    }
-                    "jump" => {
-                        if let Value::String(target) = &a {
-                            s.borrow_mut().jump = Some(target.to_string_lossy());
-                        }
-                        Ok(MultiValue::new())
-                    }
-                    "untrusted" => {
-                        let text = match &a {
-                            Value::String(text) => text.to_string_lossy(),
-                            _ => String::new(),
-                        };
-                        let nonce = s.borrow().nonce.clone();
-                        crate::untrusted::wrap(&text, &nonce).into_lua_multi(lua)
-                    }
-                    "task_id_ok" => match &a {
-                        Value::String(text) => text
-                            .to_str()
-                            .is_ok_and(|t| crate::task_id::parse_task_id(&t).is_some())
-                            .into_lua_multi(lua),
-                        _ => false.into_lua_multi(lua),
-                    },
-                    "utf8_ok" => match a {
-                        Value::String(text) => text.to_str().is_ok().into_lua_multi(lua),
-                        _ => false.into_lua_multi(lua),
-                    },
-                    "control_pending" => {
-                        Ok(Value::Boolean(s.borrow().cancel.load(Ordering::Relaxed))
-                            .into_lua_multi(lua)?)
-                    }
-                    "normalize" => match a {
-                        Value::Error(err) => match find_raise(&err) {
-                            Some(raise) => (
-                                raise.kind.clone(),
-                                raise.message.clone(),
-                                raise.run_kind.clone(),
-                            )
-                                .into_lua_multi(lua),
-                            None => (
-                                "internal",
-                                format!("lua runtime failure: {err}"),
-                                "Internal",
-                            )
-                                .into_lua_multi(lua),
-                        },
-                        _ => Ok(MultiValue::new()),
-                    },
-                    "json_copy" => {
-                        let path = match &b {
-                            Value::String(p) => p.to_string_lossy(),
-                            _ => "var".to_owned(),
-                        };
-                        match json::to_json(&a, &path) {
-                            Ok(data) => {
-                                (json::from_json(lua, &data)?, Value::Nil).into_lua_multi(lua)
-                            }
-                            Err(not_json) => (Value::Nil, not_json.message()).into_lua_multi(lua),
-                        }
-                    }
-                    "debug_notation" => match a {
-                        Value::Integer(i) => format!("Integer({i})").into_lua_multi(lua),
-                        Value::Number(n) => format!("Number({n:?})").into_lua_multi(lua),
-                        Value::Boolean(v) => format!("Boolean({v})").into_lua_multi(lua),
-                        other => other.type_name().into_lua_multi(lua),
-                    },
-                    "sys" => {
-                        let st = s.borrow();
-                        let key = match &a {
-                            Value::String(k) => k.to_string_lossy(),
-                            _ => return (false,).into_lua_multi(lua),
-                        };
-                        match st.sys.get(&key) {
-                            Some(value) => (true, json::from_json(lua, value)?).into_lua_multi(lua),
-                            None => (false,).into_lua_multi(lua),
-                        }
-                    }
-                    "log" => {
-                        let count = match a {
-                            Value::Integer(n) => usize::try_from(n).unwrap_or(0),
-                            _ => 0,
-                        };
-                        let mut st = s.borrow_mut();
-                        check_log(&mut st, count, &b).into_lua_multi(lua)
-                    }
-                    "ui" => {
-                        let snapshot = s.borrow().snapshot.clone();
-                        match snapshot {
-                            Some(value) => json::from_json(lua, &value)?.into_lua_multi(lua),
-                            None => Ok(MultiValue::new()),
-                        }
-                    }
-                    "list_from_section" => match list_from_section(lua, &s.borrow().visible, &a)? {
-                        Ok(items) => (items, Value::Nil).into_lua_multi(lua),
-                        Err(message) => (Value::Nil, message).into_lua_multi(lua),
-                    },
-                    "on_error" => {
-                        record_error_site(lua, &s);
-                        a.into_lua_multi(lua)
-                    }
-                    "site" => {
-                        let site = call_site(lua, &s.borrow().region_labels);
-                        s.borrow_mut().call_site = site;
-                        Ok(MultiValue::new())
-                    }
-                    "render_prose" => {
-                        let template = {
-                            let st = s.borrow();
-                            match &st.prose {
-                                Prose::Unset => return Ok(MultiValue::new()),
-                                Prose::Rendered(text) => return text.as_str().into_lua_multi(lua),
-                                Prose::Pending(template) => template.clone(),
-                            }
-                        };
-                        match render_prose(lua, &s, &template)? {
-                            Ok(text) => {
-                                // Out of room for the text: Lua's own memory error, one line.
-                                let Ok(value) = lua.create_string(&text) else {
-                                    return (Value::Nil, "not enough memory").into_lua_multi(lua);
-                                };
-                                s.borrow_mut().prose = Prose::Rendered(text);
-                                (value, Value::Nil).into_lua_multi(lua)
-                            }
-                            Err(message) => (Value::Nil, message).into_lua_multi(lua),
-                        }
-                    }
-                    other => Err(mlua::Error::RuntimeError(format!(
-                        "unknown host operation `{other}`"
+                match ops::find(&op) {
+                    Some(run) => run(ops::Call {
+                        lua,
+                        s: &s,
+                        poll: &poll,
+                        args: [a, b, c, d],
+                    }),
+                    None => Err(mlua::Error::RuntimeError(format!(
+                        "unknown host operation `{}`",
+                        &*op
                     ))),
                 }
             },

@@ -1,0 +1,106 @@
+//! Host operations of `models.loop`: the list state, the raw walk, the check and compose, the precheck, a round's usage and its tool calls.
+
+use super::*;
+
+/// This module's host operations, by the name the shim calls them.
+pub(super) const OPS: &[(&str, Op)] = &[
+    ("loop_list", loop_list),
+    ("loop_scan", loop_scan),
+    ("loop_fits", loop_fits),
+    ("loop_compose", loop_compose),
+    ("loop_record", loop_record),
+    ("loop_check_calls", loop_check_calls),
+];
+
+fn loop_list(call: Call<'_>) -> mlua::Result<MultiValue> {
+    let Call { lua, .. } = call;
+    lua.create_userdata(LoopList::default())?
+        .into_lua_multi(lua)
+}
+
+fn loop_scan(call: Call<'_>) -> mlua::Result<MultiValue> {
+    let Call {
+        lua,
+        poll,
+        args: [a, b, c, _],
+        ..
+    } = call;
+    // The shim's walk over a message list: trusted, finite code that runs
+    // no metamethod, so it runs without the count hook, which would
+    // otherwise cost it a call into the hook machinery per instruction.
+    let Value::Function(scan) = a else {
+        return Value::Nil.into_lua_multi(lua);
+    };
+    lua.remove_hook();
+    let found = scan.call::<Value>((b, c));
+    set_cancel_hook(lua, poll)?;
+    found?.into_lua_multi(lua)
+}
+
+fn loop_fits(call: Call<'_>) -> mlua::Result<MultiValue> {
+    let Call {
+        lua,
+        s,
+        args: [a, b, _, _],
+        ..
+    } = call;
+    let Value::UserData(state) = &a else {
+        return (Value::Nil, "models.loop state missing").into_lua_multi(lua);
+    };
+    let list = state.borrow::<LoopList>()?;
+    (Value::Boolean(true), vm::loop_fits(s, &list, &b)).into_lua_multi(lua)
+}
+
+fn loop_compose(call: Call<'_>) -> mlua::Result<MultiValue> {
+    let Call {
+        lua,
+        s,
+        args: [a, b, c, d],
+        ..
+    } = call;
+    let Value::UserData(state) = &a else {
+        return (Value::Nil, "models.loop state missing").into_lua_multi(lua);
+    };
+    let mut list = state.borrow_mut::<LoopList>()?;
+    let unchanged = match d {
+        Value::Integer(n) => usize::try_from(n).ok(),
+        _ => None,
+    };
+    match list.check(&b, unchanged)? {
+        Ok(()) => (Value::Boolean(true), vm::loop_fits(s, &list, &c)).into_lua_multi(lua),
+        Err(message) => (Value::Nil, message).into_lua_multi(lua),
+    }
+}
+
+fn loop_record(call: Call<'_>) -> mlua::Result<MultiValue> {
+    let Call {
+        s,
+        args: [a, b, c, _],
+        ..
+    } = call;
+    let Value::UserData(state) = &a else {
+        return Ok(MultiValue::new());
+    };
+    let list = state.borrow::<LoopList>()?;
+    let target = json::to_json(&b, "model").unwrap_or(Json::Null);
+    let usage = json::to_json(&c, "usage")
+        .ok()
+        .and_then(|u| serde_json::from_value::<Usage>(u).ok());
+    s.borrow_mut()
+        .usage
+        .record_round(list.composed(), &usage_key(&target), usage);
+    Ok(MultiValue::new())
+}
+
+fn loop_check_calls(call: Call<'_>) -> mlua::Result<MultiValue> {
+    let Call {
+        lua,
+        args: [a, _, _, _],
+        ..
+    } = call;
+    let calls = json::to_json(&a, "tool_calls").unwrap_or(Json::Null);
+    match check_calls(&calls) {
+        Ok(()) => Ok(MultiValue::new()),
+        Err(message) => message.into_lua_multi(lua),
+    }
+}

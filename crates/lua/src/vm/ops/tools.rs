@@ -1,0 +1,98 @@
+//! Host operations of `shim/tools.lua`: the run-wide always-on tools, `sys.model` at the first tool call, and the untrusted envelope.
+
+use super::*;
+
+/// This module's host operations, by the name the shim calls them.
+pub(super) const OPS: &[(&str, Op)] = &[
+    ("tools_always", tools_always),
+    ("tools_always_list", tools_always_list),
+    ("first_tool_call", first_tool_call),
+    ("untrusted", untrusted),
+];
+
+fn tools_always(call: Call<'_>) -> mlua::Result<MultiValue> {
+    let Call {
+        lua,
+        s,
+        args: [a, b, c, _],
+        ..
+    } = call;
+    let alias = match &a {
+        Value::String(alias) => alias.to_string_lossy(),
+        _ => return Ok(MultiValue::new()),
+    };
+    let description = match &b {
+        Value::String(d) => Some(d.to_string_lossy()),
+        _ => None,
+    };
+    let st = s.borrow();
+    let mut state = st.models.borrow_mut();
+    if c != Value::Boolean(true) && state.ahead {
+        return (Value::Nil, Value::Nil, true).into_lua_multi(lua);
+    }
+    match state.tools_always.iter_mut().find(|(a, _)| *a == alias) {
+        Some(entry) => {
+            if description.is_some() {
+                entry.1 = description;
+            }
+        }
+        None => state.tools_always.push((alias, description)),
+    }
+    Ok(MultiValue::new())
+}
+
+fn tools_always_list(call: Call<'_>) -> mlua::Result<MultiValue> {
+    let Call {
+        lua,
+        s,
+        args: [_, _, c, _],
+        ..
+    } = call;
+    let st = s.borrow();
+    if c != Value::Boolean(true) && st.models.borrow().tools_unsettled() {
+        return (Value::Nil, Value::Nil, true).into_lua_multi(lua);
+    }
+    let list = lua.create_table()?;
+    for (i, (alias, description)) in st.models.borrow().tools_always.iter().enumerate() {
+        let t = lua.create_table()?;
+        t.raw_set("alias", alias.as_str())?;
+        t.raw_set("description", description.as_deref())?;
+        list.raw_set(i + 1, t)?;
+    }
+    list.into_lua_multi(lua)
+}
+
+fn first_tool_call(call: Call<'_>) -> mlua::Result<MultiValue> {
+    let Call {
+        lua,
+        s,
+        args: [_, _, c, _],
+        ..
+    } = call;
+    // sys.model appears at the section's first tool call, when it has a model.
+    let mut st = s.borrow_mut();
+    if st.selection.is_none() && c != Value::Boolean(true) && st.models.borrow().default_unsettled()
+    {
+        return (Value::Nil, Value::Nil, true).into_lua_multi(lua);
+    }
+    let model = models::round_handle(&st.models, None, st.selection.as_ref());
+    if let (Some(handle), Json::Object(sys)) = (model, &mut st.sys) {
+        sys.insert("model".to_owned(), Json::String(handle.model_id));
+    }
+    Ok(MultiValue::new())
+}
+
+fn untrusted(call: Call<'_>) -> mlua::Result<MultiValue> {
+    let Call {
+        lua,
+        s,
+        args: [a, _, _, _],
+        ..
+    } = call;
+    let text = match &a {
+        Value::String(text) => text.to_string_lossy(),
+        _ => String::new(),
+    };
+    let nonce = s.borrow().nonce.clone();
+    crate::untrusted::wrap(&text, &nonce).into_lua_multi(lua)
+}
