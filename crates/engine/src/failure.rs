@@ -43,7 +43,7 @@ pub(crate) fn run_outcome(failure: LuaFailure, h1_gate: bool) -> Outcome {
 pub(crate) fn fanout_depth_message() -> String {
     format!(
         "fanout recursion exceeded cap of {}",
-        crate::run::CALL_DEPTH_CAP
+        crate::strand::CALL_DEPTH_CAP
     )
 }
 

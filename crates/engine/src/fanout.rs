@@ -1,23 +1,15 @@
-//! `fanout` (chapter 14) on strands: one task per member, spawned up front in collection
-//! order, and a wait on all of them. The results come back in collection order; the first arm
-//! failure other than round-cap exhaustion cancels the live siblings and is raised at the call.
+//! A `fanout` in progress (chapter 14): its caller, its arms in collection order, each arm's
+//! member and end, and the bytes of the results gathered so far. The run drives it
+//! (`run/fanout.rs`); this record holds what it keeps between arms.
 
-use promptforge_lua::json::display_value;
-use promptforge_lua::vm::LuaFailure;
-use serde_json::{Value as Json, json};
+use serde_json::Value as Json;
 
-use crate::dispatch::{Dispatch, Starter};
-use crate::events::{AbandonReason, Origin, TaskEnding};
-use crate::failure::{error_value_of, is_exhausted};
 use crate::ids::TaskId;
-use crate::protocol::Answer;
-use crate::requests::lua_error;
-use crate::run::Run;
-use crate::strand::{Entry, Seed, Start, Strand, StrandId, TaskWait};
+use crate::strand::StrandId;
 
 /// How an arm ended, kept until every arm has.
 #[derive(Debug)]
-enum ArmEnd {
+pub(crate) enum ArmEnd {
     /// With this result ('' when it ran off its walk).
     Done(String),
     /// Its `models.loop` ran past the round cap.
@@ -28,144 +20,14 @@ enum ArmEnd {
 #[derive(Debug)]
 pub(crate) struct Fanout {
     /// The strand parked on the `fanout` call.
-    caller: StrandId,
+    pub(crate) caller: StrandId,
     /// The arms' task ids, in collection order.
-    arms: Vec<TaskId>,
+    pub(crate) arms: Vec<TaskId>,
     /// Each arm's member (an exhausted arm's stub names it).
-    items: Vec<Json>,
-    ends: Vec<Option<ArmEnd>>,
-    remaining: usize,
+    pub(crate) items: Vec<Json>,
+    pub(crate) ends: Vec<Option<ArmEnd>>,
+    pub(crate) remaining: usize,
     /// The bytes of the results gathered so far: they are delivered into the caller's VM,
     /// so more than its memory ceiling fails the fanout before they pile up here.
-    bytes: usize,
-}
-
-impl Run {
-    /// `fanout(worker, collection)`: one arm per member, each a task one level deeper starting
-    /// at the worker section with a snapshot of the caller's `var`; or a refusal at the call.
-    pub(crate) fn start_fanout(
-        &mut self,
-        s: &mut Strand,
-        entry: &Entry,
-        worker: &str,
-        items: &[Json],
-    ) -> Dispatch {
-        let items = items.to_vec();
-        let start = match self.chain_start(s, entry, worker, None, Starter::Fanout) {
-            Ok(start) => start,
-            Err(message) => return Dispatch::Answer(lua_error(message)),
-        };
-        if items.is_empty() {
-            return Dispatch::Answer(Answer::Value(Json::Array(Vec::new())));
-        }
-        let target = self.target_name(&start);
-        let id = self.take_fanout_id();
-        let mut arms = Vec::with_capacity(items.len());
-        for (index, item) in items.iter().enumerate() {
-            let arm = Start {
-                section: start.section,
-                var: start.var.clone(),
-                args: start.args.clone(),
-                argv: start.argv.clone(),
-                seed: Seed {
-                    item: Some(item.clone()),
-                    index: i64::try_from(index + 1).ok(),
-                },
-            };
-            arms.push(self.spawn_task(s, arm, Origin::Author, target.clone(), Some((id, index))));
-        }
-        let count = arms.len();
-        self.fanouts.insert(
-            id,
-            Fanout {
-                caller: s.id,
-                arms,
-                items,
-                ends: (0..count).map(|_| None).collect(),
-                remaining: count,
-                bytes: 0,
-            },
-        );
-        s.wait = Some(TaskWait::Fanout(id));
-        Dispatch::Park
-    }
-
-    /// An arm's chain ended. A failure other than round-cap exhaustion fails the fanout at
-    /// once; when every arm has ended, the caller gets the results.
-    pub(crate) fn arm_ended(&mut self, fanout: u64, index: usize, end: Result<String, LuaFailure>) {
-        let Some(fan) = self.fanouts.get_mut(&fanout) else {
-            return;
-        };
-        let failure = match end {
-            Ok(text) => {
-                fan.bytes = fan.bytes.saturating_add(text.len());
-                if fan.bytes > promptforge_lua::vm::MEMORY_LIMIT {
-                    // The caller could never hold them: fail as its VM would, at once.
-                    Some(LuaFailure::lua("not enough memory"))
-                } else {
-                    fan.ends[index] = Some(ArmEnd::Done(text));
-                    None
-                }
-            }
-            Err(failure) if is_exhausted(&failure) => {
-                fan.ends[index] = Some(ArmEnd::Exhausted);
-                None
-            }
-            Err(failure) => Some(failure),
-        };
-        fan.remaining = fan.remaining.saturating_sub(1);
-        if failure.is_none() && fan.remaining > 0 {
-            return;
-        }
-        let Some(fan) = self.fanouts.remove(&fanout) else {
-            return;
-        };
-        let answer = match failure {
-            Some(failure) => {
-                // Fail-fast: every live sibling is cancelled, unstarted arms never run.
-                for arm in &fan.arms {
-                    self.stop_task(arm, TaskEnding::Cancelled);
-                }
-                Answer::Error(error_value_of(&failure))
-            }
-            None => Answer::Value(Json::Array(
-                fan.ends
-                    .iter()
-                    .zip(&fan.items)
-                    .map(|(end, item)| match end {
-                        Some(ArmEnd::Done(text)) => {
-                            json!({"ok": true, "exhausted": false, "text": text})
-                        }
-                        _ => json!({
-                            "ok": false,
-                            "exhausted": true,
-                            "text": format!(
-                                "## {}\n\nUNKNOWN\n\n(section incomplete: tool loop exhausted)",
-                                display_value(item)
-                            ),
-                        }),
-                    })
-                    .collect(),
-            )),
-        };
-        // Every arm is delivered (or cancelled): join them into the caller; their results
-        // are taken, so a later wait on an arm's id is `task_consumed`.
-        let caller = self.strands.get(&fan.caller).map(|c| c.claims);
-        for arm in &fan.arms {
-            if let Some(waiter) = caller {
-                self.deliver_claims(waiter, arm);
-            }
-            self.tasks.mark_delivered(arm);
-        }
-        self.wake(fan.caller, answer);
-    }
-
-    /// Stop a fanout whose caller is being stopped: its live arms are abandoned.
-    pub(crate) fn stop_fanout(&mut self, fanout: u64, reason: AbandonReason) {
-        if let Some(fan) = self.fanouts.remove(&fanout) {
-            for arm in &fan.arms {
-                self.stop_task(arm, TaskEnding::Abandoned(reason));
-            }
-        }
-    }
+    pub(crate) bytes: usize,
 }

@@ -9,6 +9,9 @@ use std::fmt;
 
 use promptforge_lua::task_id::parse_task_id;
 
+/// A strand's id: its position in creation order (never reused within a run).
+pub(crate) type StrandId = u64;
+
 /// A task id, which is also the id of the chain that runs the task (a called chain's id has
 /// the same shape).
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]

@@ -9,7 +9,6 @@
 
 pub mod args;
 pub mod determinism;
-mod dispatch;
 pub mod events;
 mod failure;
 mod fanout;
@@ -23,7 +22,6 @@ pub mod run;
 mod scheduler;
 mod strand;
 mod tasks;
-mod walk;
 pub mod when;
 
 pub use events::{AbandonReason, Event, EventKind, Origin, TaskEnding};

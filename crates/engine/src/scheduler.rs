@@ -7,8 +7,8 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
+use crate::ids::StrandId;
 use crate::protocol::{Answer, Batch, Commits, Delivery, Effect, EffectId, PROVISIONAL};
-use crate::strand::StrandId;
 
 /// What kind of work an outstanding effect is, for the status of the strand waiting on it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -17,12 +17,34 @@ use crate::determinism::ChainRef;
 use crate::events::Event;
 use crate::ids::TaskId;
 use crate::protocol::EffectId;
-use crate::run::StrandEnd;
 use crate::scheduler::{ChainKey, Physical, Work};
-use crate::tasks::Notice;
 
-/// A strand's id: its position in creation order (never reused within a run).
-pub(crate) type StrandId = u64;
+/// The deepest a `call`, task or fanout arm may nest, counting the first.
+pub const CALL_DEPTH_CAP: u32 = 8;
+
+/// The main walk's strand.
+pub(crate) const MAIN: StrandId = 0;
+
+/// How a strand's own chain ended.
+#[derive(Debug)]
+pub(crate) enum StrandEnd {
+    /// With this result (`None`: it ran off its walk).
+    Returned(Option<String>),
+    /// With this failure; `h1_gate` when the H1 pass's own blocks failed.
+    Failed {
+        failure: promptforge_lua::vm::LuaFailure,
+        h1_gate: bool,
+    },
+}
+
+/// A task notice waiting for the model of the section that started the task.
+#[derive(Debug, Clone)]
+pub(crate) struct Notice {
+    pub(crate) task: TaskId,
+    pub(crate) text: String,
+}
+
+pub(crate) use crate::ids::StrandId;
 
 /// Where a section entry sits, for its blocks and for error classification.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

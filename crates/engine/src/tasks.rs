@@ -1,32 +1,18 @@
-//! Tasks (chapter 15): the registry of every task the run started, and everything that starts
-//! one, waits on one, reads one, or ends one: `tasks.*`, the end of a chain (leaked and
-//! abandoned tasks), and the model's four task built-ins with their notices.
+//! The task registry (chapter 15): every task the run started, its state, its owner and what
+//! a wait has taken of it, the `tasks.status` view, and the errors a task call raises. The run
+//! drives tasks (`run/tasks.rs`); this module answers what the registry alone can.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::time::Duration;
 
-use promptforge_lua::untrusted;
-use serde_json::{Value as Json, json};
+use serde_json::Value as Json;
 
 use crate::determinism::ChainRef;
-use crate::dispatch::{Dispatch, Starter};
-use crate::events::{AbandonReason, EventKind, Origin, TaskEnding};
-use crate::failure::error_value_of;
+use crate::events::{Origin, TaskEnding};
 use crate::ids::{TaskId, join_ids};
-use crate::protocol::{Answer, Effect, ErrorValue, RunErrorKind};
-use crate::requests::lua_error;
-use crate::run::{MAIN, Run, StrandEnd};
+use crate::protocol::{ErrorValue, RunErrorKind};
 use crate::scheduler::Work;
-use crate::strand::{Chain, Entry, Seed, Slot, Start, Strand, StrandId, TaskWait, Wait};
-use promptforge_protocol::request::TasksCall;
-
-/// A task notice waiting for the model of the section that started the task.
-#[derive(Debug, Clone)]
-pub(crate) struct Notice {
-    pub(crate) task: TaskId,
-    pub(crate) text: String,
-}
+use crate::strand::{Slot, Strand, StrandId, Wait};
 
 /// Where a task is in its life.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -50,7 +36,7 @@ impl TaskState {
 
 /// What an ended task holds for the wait that takes it.
 #[derive(Debug, Clone)]
-enum Held {
+pub(crate) enum Held {
     Returned(String),
     Failed(ErrorValue),
 }
@@ -59,36 +45,36 @@ enum Held {
 #[derive(Debug)]
 pub(crate) struct TaskRecord {
     /// Its strand, while it is live.
-    strand: Option<StrandId>,
+    pub(crate) strand: Option<StrandId>,
     /// The chain that owns it.
-    owner: TaskId,
+    pub(crate) owner: TaskId,
     /// The strand that chain runs in.
     pub(crate) owner_strand: StrandId,
-    origin: Origin,
+    pub(crate) origin: Origin,
     /// The section it started at, without heading marks.
-    target: Arc<str>,
-    state: TaskState,
-    ok: Option<bool>,
-    held: Option<Held>,
+    pub(crate) target: Arc<str>,
+    pub(crate) state: TaskState,
+    pub(crate) ok: Option<bool>,
+    pub(crate) held: Option<Held>,
     /// A wait took its result.
-    delivered: bool,
+    pub(crate) delivered: bool,
     /// Waited on or cancelled (or abandoned): no longer pending for its owner. A task that
     /// ended stays pending until then, so `tasks.pending` lists it and a chain that ends
     /// without collecting it leaks it.
-    settled: bool,
-    note: Option<String>,
+    pub(crate) settled: bool,
+    pub(crate) note: Option<String>,
     /// The round count when it ended (live: the strand's).
-    turns: u32,
-    depth: u32,
-    claims: ChainRef,
+    pub(crate) turns: u32,
+    pub(crate) depth: u32,
+    pub(crate) claims: ChainRef,
     /// For a fanout arm: its fanout and position.
-    fanout: Option<(u64, usize)>,
+    pub(crate) fanout: Option<(u64, usize)>,
 }
 
 /// Every task of the run, by id.
 #[derive(Debug, Default)]
 pub(crate) struct Tasks {
-    records: BTreeMap<TaskId, TaskRecord>,
+    pub(crate) records: BTreeMap<TaskId, TaskRecord>,
 }
 
 impl Tasks {
@@ -99,19 +85,19 @@ impl Tasks {
             .filter(|(_, r)| r.state == TaskState::Running)
     }
 
-    fn is_live(&self, id: &TaskId) -> bool {
+    pub(crate) fn is_live(&self, id: &TaskId) -> bool {
         self.records
             .get(id)
             .is_some_and(|r| r.state == TaskState::Running)
     }
 
     /// Which of `ids` are still running, in their order.
-    fn running(&self, ids: &[TaskId]) -> Vec<TaskId> {
+    pub(crate) fn running(&self, ids: &[TaskId]) -> Vec<TaskId> {
         ids.iter().filter(|t| self.is_live(t)).cloned().collect()
     }
 
     /// Not yet waited on, cancelled or abandoned.
-    fn is_pending(&self, id: &TaskId) -> bool {
+    pub(crate) fn is_pending(&self, id: &TaskId) -> bool {
         self.records.get(id).is_some_and(|r| !r.settled)
     }
 
@@ -140,11 +126,11 @@ impl Tasks {
     }
 }
 
-fn task_error(kind: &str, id: &str, message: String) -> ErrorValue {
+pub(crate) fn task_error(kind: &str, id: &str, message: String) -> ErrorValue {
     ErrorValue::new(kind, message, Some(RunErrorKind::Lua)).with_field("task", id)
 }
 
-fn not_owned(id: &str) -> ErrorValue {
+pub(crate) fn not_owned(id: &str) -> ErrorValue {
     task_error(
         "task_not_owned",
         id,
@@ -152,7 +138,7 @@ fn not_owned(id: &str) -> ErrorValue {
     )
 }
 
-fn consumed(id: &TaskId) -> ErrorValue {
+pub(crate) fn consumed(id: &TaskId) -> ErrorValue {
     let id = id.to_string();
     task_error(
         "task_consumed",
@@ -161,13 +147,13 @@ fn consumed(id: &TaskId) -> ErrorValue {
     )
 }
 
-fn cancelled(id: &TaskId) -> ErrorValue {
+pub(crate) fn cancelled(id: &TaskId) -> ErrorValue {
     let id = id.to_string();
     task_error("cancelled", &id, format!("task `{id}` was cancelled"))
 }
 
 /// The `tasks_live` failure of a chain that ended with author tasks still live.
-fn tasks_live(ids: &[TaskId]) -> ErrorValue {
+pub(crate) fn tasks_live(ids: &[TaskId]) -> ErrorValue {
     let list = join_ids(ids);
     ErrorValue::new(
         "tasks_live",
@@ -179,14 +165,9 @@ fn tasks_live(ids: &[TaskId]) -> ErrorValue {
     .with_field("tasks", list)
 }
 
-/// The text of a model built-in's result: `{text, ok}` (`ok` false for a refusal).
-fn tool_text(text: impl Into<String>, ok: bool) -> Dispatch {
-    Dispatch::Answer(Answer::Value(json!({"text": text.into(), "ok": ok})))
-}
-
 /// The last line of an `await_tasks` whose timeout ran out: the model tasks still running, or,
 /// with none running, how long it slept.
-fn await_expired(running: &[TaskId], seconds: f64) -> String {
+pub(crate) fn await_expired(running: &[TaskId], seconds: f64) -> String {
     if running.is_empty() {
         format!("slept {} seconds", render_seconds(seconds))
     } else {
@@ -196,792 +177,28 @@ fn await_expired(running: &[TaskId], seconds: f64) -> String {
 
 /// A JSON number the way the model wrote it: integers plainly, fractions in their shortest
 /// form (`0.05`, `2`).
-fn render_seconds(seconds: f64) -> String {
+pub(crate) fn render_seconds(seconds: f64) -> String {
     format!("{seconds}")
-}
-
-impl Run {
-    /// Start a task: the next child id of the strand's top chain, a fork of the strand's
-    /// claims, a queued strand holding no VM, and its record. Fanout arms are not listed among
-    /// the chain's own tasks (their fanout settles them).
-    pub(crate) fn spawn_task(
-        &mut self,
-        s: &mut Strand,
-        start: Start,
-        origin: Origin,
-        target: Arc<str>,
-        fanout: Option<(u64, usize)>,
-    ) -> TaskId {
-        let strand_id = self.take_strand_id();
-        let seq = self.take_seq();
-        let Some(top) = s.top_mut() else {
-            return TaskId::root();
-        };
-        let id = top.id.child(top.children);
-        top.children += 1;
-        let depth = top.depth + 1;
-        let owner = top.id.clone();
-        let owner_key = top.key;
-        if fanout.is_none() {
-            top.owned.push(id.clone());
-        }
-        let claims = self
-            .claims
-            .fork(s.claims, id.to_string())
-            .unwrap_or(s.claims);
-        self.tasks.records.insert(
-            id.clone(),
-            TaskRecord {
-                strand: Some(strand_id),
-                owner,
-                owner_strand: s.id,
-                origin,
-                target: target.clone(),
-                state: TaskState::Running,
-                ok: None,
-                held: None,
-                delivered: false,
-                settled: false,
-                note: None,
-                turns: 0,
-                depth,
-                claims,
-                fanout,
-            },
-        );
-        let mut strand = Box::new(Strand::new(
-            strand_id,
-            id.clone(),
-            claims,
-            Some(owner_key),
-            seq,
-            Slot::Queued,
-            depth,
-        ));
-        strand.start = Some(Box::new(start));
-        self.queue_for_slot(&mut strand);
-        self.strands.insert(strand_id, strand);
-        self.event(
-            &s.task,
-            EventKind::TaskSpawned {
-                id: id.to_string(),
-                target: target.to_string(),
-                origin,
-            },
-        );
-        // A free slot is taken at once: the task is admitted (not `queued`), though it first
-        // runs only when its owner waits.
-        self.admit();
-        id
-    }
-
-    /// A task's own chain ended: its result or failure is held for its owner (or its fanout),
-    /// and whoever waits on it is woken.
-    pub(crate) fn task_ended(&mut self, strand: Box<Strand>, end: StrandEnd) {
-        let id = strand.task.clone();
-        let turns = strand.turns;
-        drop(strand);
-        let (ending, held, arm) = match end {
-            StrandEnd::Returned(result) => {
-                let text = result.unwrap_or_default();
-                (
-                    TaskEnding::Succeeded,
-                    Held::Returned(text.clone()),
-                    Ok(text),
-                )
-            }
-            StrandEnd::Failed { failure, .. } => (
-                TaskEnding::Failed,
-                Held::Failed(error_value_of(&failure)),
-                Err(failure),
-            ),
-        };
-        self.record_ending(&id, ending);
-        let Some(record) = self.tasks.records.get_mut(&id) else {
-            return;
-        };
-        record.turns = turns;
-        let fanout = record.fanout;
-        if fanout.is_none() {
-            record.held = Some(held.clone());
-        }
-        let (origin, owner, owner_strand, target) = (
-            record.origin,
-            record.owner.clone(),
-            record.owner_strand,
-            record.target.clone(),
-        );
-        if let Some((fanout, index)) = fanout {
-            self.arm_ended(fanout, index, arm);
-            return;
-        }
-        if origin == Origin::Model {
-            let head = format!("Task id={id} (## {target})");
-            let text = match &held {
-                Held::Returned(result) => {
-                    format!("{head} completed: {}", untrusted::wrap(result, &self.nonce))
-                }
-                Held::Failed(error) => format!("{head} failed: {}", error.message),
-            };
-            self.notify_model_owner(
-                owner_strand,
-                &owner,
-                Notice {
-                    task: id.clone(),
-                    text,
-                },
-            );
-        }
-        self.member_ended(owner_strand, &id);
-    }
-
-    /// End a live task from outside (cancel, fail-fast, its owner's end): recorded once, its
-    /// strand stopped, and the tasks it owns abandoned in turn.
-    pub(crate) fn stop_task(&mut self, id: &TaskId, ending: TaskEnding) {
-        let Some(record) = self.tasks.records.get_mut(id) else {
-            return;
-        };
-        if record.state != TaskState::Running {
-            return;
-        }
-        let strand = record.strand.and_then(|sid| self.strands.remove(&sid));
-        if let Some(strand) = &strand
-            && let Some(record) = self.tasks.records.get_mut(id)
-        {
-            record.turns = strand.committed_turns();
-        }
-        self.record_ending(id, ending);
-        if let Some(strand) = strand {
-            self.stop_strand(strand);
-        }
-    }
-
-    /// Record how a task ended, in its record and as its one `TaskEnded` event.
-    pub(crate) fn record_ending(&mut self, id: &TaskId, ending: TaskEnding) {
-        self.tasks.mark_ended(id, ending);
-        self.event(id, EventKind::TaskEnded { ending });
-    }
-
-    /// Abandon every live task in `ids` for `reason`.
-    pub(crate) fn abandon_owned(&mut self, ids: &[TaskId], reason: AbandonReason) {
-        for id in ids {
-            self.stop_task(id, TaskEnding::Abandoned(reason));
-        }
-    }
-
-    /// Hand task notices to the model: each joins its task's claims, and a task whose notice
-    /// the model has read is settled (no longer pending), though its result stays for a wait.
-    fn take_notices(&mut self, waiter: ChainRef, notices: Vec<Notice>) -> Vec<String> {
-        notices
-            .into_iter()
-            .map(|n| {
-                self.deliver_claims(waiter, &n.task);
-                if let Some(record) = self.tasks.records.get_mut(&n.task) {
-                    record.settled = true;
-                }
-                n.text
-            })
-            .collect()
-    }
-
-    /// Order everything a task did before the waiter's next step (a delivery is a join).
-    pub(crate) fn deliver_claims(&mut self, waiter: ChainRef, id: &TaskId) {
-        if let Some(record) = self.tasks.records.get(id) {
-            let _ = self.claims.join(waiter, record.claims);
-        }
-    }
-
-    /// A chain ends: its live tasks are abandoned (for `reason`), every task it owns is
-    /// joined, and an author task still live after a normal end is a `tasks_live` failure.
-    pub(crate) fn settle_chain(
-        &mut self,
-        s: &Strand,
-        chain: &Chain,
-        reason: AbandonReason,
-    ) -> Option<ErrorValue> {
-        let owned = chain.all_owned();
-        let leaked: Vec<TaskId> = owned
-            .iter()
-            .filter(|id| {
-                reason == AbandonReason::OwnerReturned
-                    && self
-                        .tasks
-                        .records
-                        .get(*id)
-                        .is_some_and(|r| !r.settled && r.origin == Origin::Author)
-            })
-            .cloned()
-            .collect();
-        self.abandon_owned(&owned, reason);
-        for id in &owned {
-            if let Some(record) = self.tasks.records.get_mut(id) {
-                record.settled = true;
-            }
-        }
-        for id in &owned {
-            self.deliver_claims(s.claims, id);
-        }
-        (!leaked.is_empty()).then(|| tasks_live(&leaked))
-    }
-
-    /// A task the strand's top chain owns, or the `task_not_owned` refusal.
-    fn owned_by(&self, s: &Strand, text: &str) -> Result<TaskId, ErrorValue> {
-        let owner = s.top().map(|c| &c.id);
-        TaskId::parse(text)
-            .filter(|id| {
-                self.tasks
-                    .records
-                    .get(id)
-                    .is_some_and(|r| Some(&r.owner) == owner)
-            })
-            .ok_or_else(|| not_owned(text))
-    }
-
-    /// A task the chain owns, or the task the code runs inside (a task may read itself).
-    fn readable_by(&self, s: &Strand, text: &str) -> Result<TaskId, ErrorValue> {
-        if s.id != MAIN
-            && let Some(id) = TaskId::parse(text)
-            && id == s.task
-        {
-            return Ok(id);
-        }
-        self.owned_by(s, text)
-    }
-
-    /// `tasks.*`: every call but a wait that has to wait is answered at once.
-    pub(crate) fn tasks_call(
-        &mut self,
-        s: &mut Strand,
-        entry: &mut Entry,
-        call: &TasksCall,
-    ) -> Dispatch {
-        let refused = |error: ErrorValue| Dispatch::Answer(Answer::Error(error));
-        match call {
-            TasksCall::Spawn {
-                target,
-                input,
-                item,
-                index,
-            } => self.spawn_call(s, entry, target, input.as_deref(), item, *index),
-            TasksCall::Wait {
-                all,
-                members,
-                timeout,
-            } => self.wait_call(s, *all, members, *timeout),
-            TasksCall::Concurrency { limit } => {
-                let Some(key) = s.top().map(|c| c.key) else {
-                    return Dispatch::Answer(lua_error("internal invariant violated: no chain"));
-                };
-                let limit = match *limit {
-                    Some(n) => {
-                        let limit = self
-                            .admission
-                            .set_limit(key, u32::try_from(n).unwrap_or(u32::MAX));
-                        // A raised limit admits queued tasks at once.
-                        self.admit();
-                        limit
-                    }
-                    None => self.admission.effective_limit(key),
-                };
-                Dispatch::Answer(Answer::Value(Json::from(limit)))
-            }
-            TasksCall::Ready { task } => match self.readable_by(s, task) {
-                Ok(id) => Dispatch::Answer(Answer::Value(Json::Bool(!self.tasks.is_live(&id)))),
-                Err(error) => refused(error),
-            },
-            TasksCall::Status { task } => match self.readable_by(s, task) {
-                Ok(id) => Dispatch::Answer(Answer::Value(
-                    self.status_view(&id, s, Some(entry))
-                        .map_or(Json::Null, |v| v.table()),
-                )),
-                Err(error) => refused(error),
-            },
-            TasksCall::Pending { origin } => {
-                let origin = origin.as_deref();
-                let owned = s.top().map(|c| c.owned.clone()).unwrap_or_default();
-                let list = owned
-                    .iter()
-                    .filter(|id| {
-                        self.tasks.records.get(*id).is_some_and(|r| {
-                            !r.settled && origin.is_none_or(|o| o == r.origin.as_str())
-                        })
-                    })
-                    .map(|id| json!({"task": id.to_string()}))
-                    .collect();
-                Dispatch::Answer(Answer::Value(Json::Array(list)))
-            }
-            TasksCall::Note { text } => {
-                if s.id != MAIN
-                    && let Some(record) = self.tasks.records.get_mut(&s.task)
-                {
-                    record.note = Some(text.clone());
-                }
-                Dispatch::Answer(Answer::Value(Json::Null))
-            }
-            TasksCall::Cancel { task } => match self.owned_by(s, task) {
-                Ok(id) => {
-                    let live_model = self
-                        .tasks
-                        .records
-                        .get(&id)
-                        .filter(|r| r.state == TaskState::Running && r.origin == Origin::Model)
-                        .map(|r| r.target.clone());
-                    self.stop_task(&id, TaskEnding::Cancelled);
-                    // Cancelling an ended task changes nothing about it, but it is settled.
-                    if let Some(record) = self.tasks.records.get_mut(&id) {
-                        record.settled = true;
-                    }
-                    if let Some(target) = live_model
-                        && entry.model_tasks.contains(&id)
-                    {
-                        // A cancel from the prompt tells the model.
-                        entry.notices.push(Notice {
-                            text: format!(
-                                "Task id={id} (## {target}) was canceled: the author cancelled it"
-                            ),
-                            task: id,
-                        });
-                    }
-                    Dispatch::Answer(Answer::Value(Json::Null))
-                }
-                Err(error) => refused(error),
-            },
-            TasksCall::Tool { name, args, allow } => {
-                self.model_tool(s, entry, name, args, allow.as_deref())
-            }
-            TasksCall::Notices => {
-                let notices = std::mem::take(&mut entry.notices);
-                let texts = self.take_notices(s.claims, notices);
-                Dispatch::Answer(Answer::Value(Json::from(texts)))
-            }
-        }
-    }
-
-    /// `tasks.spawn(target, opts)`: the options were checked in Lua; the target and the depth
-    /// cap are checked here.
-    fn spawn_call(
-        &mut self,
-        s: &mut Strand,
-        entry: &Entry,
-        target: &str,
-        input: Option<&str>,
-        item: &Option<Json>,
-        index: Option<i64>,
-    ) -> Dispatch {
-        let mut start = match self.chain_start(s, entry, target, input, Starter::Spawn) {
-            Ok(start) => start,
-            Err(message) => return Dispatch::Answer(lua_error(message)),
-        };
-        start.seed = Seed {
-            item: item.clone(),
-            index,
-        };
-        let target = self.target_name(&start);
-        let id = self.spawn_task(s, start, Origin::Author, target, None);
-        Dispatch::Answer(Answer::Value(json!({"task": id.to_string()})))
-    }
-
-    pub(crate) fn target_name(&self, start: &Start) -> Arc<str> {
-        self.prompt
-            .section(start.section)
-            .map_or_else(|| Arc::from(""), |x| Arc::from(x.name.as_str()))
-    }
-
-    /// Start a wait's timer.
-    fn timer(&mut self, s: &Strand, seconds: f64) -> crate::protocol::EffectId {
-        let duration = Duration::try_from_secs_f64(seconds).unwrap_or(Duration::MAX);
-        self.effects.issue(s.id, Effect::Timer { duration }).0
-    }
-
-    /// `tasks.join_any(set, opts)` and `tasks.join(set, opts)`: the set and options were
-    /// checked in Lua; ownership and delivery are checked here, member by member.
-    fn wait_call(
-        &mut self,
-        s: &mut Strand,
-        all: bool,
-        set: &[String],
-        timeout: Option<f64>,
-    ) -> Dispatch {
-        let mut members = Vec::new();
-        for text in set {
-            let text = text.as_str();
-            let id = match self.owned_by(s, text) {
-                Ok(id) => id,
-                Err(error) => return Dispatch::Answer(Answer::Error(error)),
-            };
-            match self.tasks.records.get(&id).map(|r| (r.state, r.delivered)) {
-                Some((TaskState::Done, true)) => {
-                    return Dispatch::Answer(Answer::Error(consumed(&id)));
-                }
-                // An abandoned task's owner has ended: it never reaches a wait.
-                Some((TaskState::Abandoned, _)) => {
-                    return Dispatch::Answer(Answer::Error(not_owned(text)));
-                }
-                _ => {}
-            }
-            members.push(id);
-        }
-        // Every timed wait takes one child index, even one answered at once (the chapter's
-        // only exceptions: no timeout, and refused options, which never get here).
-        if timeout.is_some()
-            && let Some(top) = s.top_mut()
-        {
-            top.children += 1;
-        }
-        let ended = |run: &Run, id: &TaskId| !run.tasks.is_live(id);
-        if all {
-            if members.iter().all(|id| ended(self, id)) {
-                return Dispatch::Answer(self.join_results(s.claims, &members, false));
-            }
-        } else if let Some(id) = members.iter().find(|id| ended(self, id)).cloned() {
-            return Dispatch::Answer(Answer::Value(self.take_end(s.claims, &id)));
-        }
-        // A zero timeout has already run out: nothing ended, so the wait is over at once.
-        if timeout == Some(0.0) {
-            return Dispatch::Answer(if all {
-                self.join_results(s.claims, &members, true)
-            } else {
-                Answer::Value(Json::Null)
-            });
-        }
-        let timer = timeout.map(|seconds| self.timer(s, seconds));
-        s.wait = Some(if all {
-            TaskWait::Join { members, timer }
-        } else {
-            TaskWait::JoinAny { members, timer }
-        });
-        Dispatch::Park
-    }
-
-    /// Deliver one ended task to a waiter: `{task, ok, result}` or `{task, ok, error}`. A
-    /// result is taken once (and the delivery joins the task's claims); a cancelled task holds
-    /// no result, so every wait on it gets the same `cancelled` error.
-    fn take_end(&mut self, waiter: ChainRef, id: &TaskId) -> Json {
-        let task = id.to_string();
-        let Some(record) = self.tasks.records.get_mut(id) else {
-            return json!({"task": task, "ok": false, "error": not_owned(&task)});
-        };
-        if record.state != TaskState::Done {
-            // A cancelled task holds no result, but its delivery still orders what it did.
-            self.deliver_claims(waiter, id);
-            return json!({"task": task, "ok": false, "error": cancelled(id)});
-        }
-        record.delivered = true;
-        record.settled = true;
-        let held = record.held.take();
-        self.deliver_claims(waiter, id);
-        match held {
-            Some(Held::Returned(text)) => json!({"task": task, "ok": true, "result": text}),
-            Some(Held::Failed(error)) => json!({"task": task, "ok": false, "error": error}),
-            None => json!({"task": task, "ok": true, "result": ""}),
-        }
-    }
-
-    /// A `tasks.join` answer: every ended member delivered once (filling each position it
-    /// was named at), unfinished members as holes.
-    fn join_results(&mut self, waiter: ChainRef, members: &[TaskId], timed_out: bool) -> Answer {
-        let mut taken: BTreeMap<TaskId, Json> = BTreeMap::new();
-        let mut results = Vec::with_capacity(members.len());
-        for id in members {
-            if self.tasks.is_live(id) {
-                results.push(Json::Null);
-                continue;
-            }
-            if !taken.contains_key(id) {
-                let end = self.take_end(waiter, id);
-                taken.insert(id.clone(), end);
-            }
-            results.push(taken.get(id).cloned().unwrap_or(Json::Null));
-        }
-        Answer::Value(json!({"results": results, "timed_out": timed_out}))
-    }
-
-    /// A task ended: if its owner waits on it, the wait may be over.
-    fn member_ended(&mut self, owner: StrandId, id: &TaskId) {
-        let Some(strand) = self.strands.get(&owner) else {
-            return;
-        };
-        let claims = strand.claims;
-        let answer = match &strand.wait {
-            Some(TaskWait::JoinAny { members, .. }) if members.contains(id) => {
-                Answer::Value(self.take_end(claims, id))
-            }
-            Some(TaskWait::Join { members, .. }) if members.contains(id) => {
-                if members.iter().any(|m| self.tasks.is_live(m)) {
-                    return;
-                }
-                let members = members.clone();
-                self.join_results(claims, &members, false)
-            }
-            _ => return,
-        };
-        self.wake(owner, answer);
-    }
-
-    /// A wait's timer fired before the wait was over.
-    pub(crate) fn wait_timed_out(&mut self, id: StrandId) {
-        let Some(strand) = self.strands.get_mut(&id) else {
-            return;
-        };
-        let claims = strand.claims;
-        let answer = match strand.wait.clone() {
-            Some(TaskWait::JoinAny { .. }) => Answer::Value(Json::Null),
-            Some(TaskWait::Join { members, .. }) => self.join_results(claims, &members, true),
-            Some(TaskWait::Await { seconds, .. }) => {
-                let Some(entry) = strand.top_mut().and_then(|c| c.entry.as_mut()) else {
-                    return;
-                };
-                let notices = std::mem::take(&mut entry.notices);
-                let running = self.tasks.running(&entry.model_tasks);
-                let mut lines = self.take_notices(claims, notices);
-                if running.is_empty() && !lines.is_empty() {
-                    return self.wake(
-                        id,
-                        Answer::Value(json!({"text": lines.join("\n"), "ok": true})),
-                    );
-                }
-                lines.push(await_expired(&running, seconds.unwrap_or(0.0)));
-                Answer::Value(json!({"text": lines.join("\n"), "ok": true}))
-            }
-            Some(TaskWait::Fanout(_)) | None => return,
-        };
-        self.wake(id, answer);
-    }
-
-    /// Queue a model task's notice for the entry whose model started it; an `await_tasks`
-    /// held there wakes with every notice that has arrived.
-    fn notify_model_owner(&mut self, owner_strand: StrandId, owner: &TaskId, notice: Notice) {
-        let Some(strand) = self.strands.get_mut(&owner_strand) else {
-            return;
-        };
-        let awaiting = matches!(strand.wait, Some(TaskWait::Await { .. }))
-            && strand.top().is_some_and(|c| &c.id == owner);
-        let claims = strand.claims;
-        let Some(chain) = strand.stack.iter_mut().find(|c| &c.id == owner) else {
-            return;
-        };
-        if let Some(entry) = chain.entry.as_mut()
-            && entry.model_tasks.contains(&notice.task)
-        {
-            entry.notices.push(notice);
-        } else if let Some(carried) = chain.carried.as_mut()
-            && carried.0.contains(&notice.task)
-        {
-            carried.1.push(notice);
-            return;
-        } else {
-            return;
-        }
-        if !awaiting {
-            return;
-        }
-        let Some(entry) = chain.entry.as_mut() else {
-            return;
-        };
-        let notices = std::mem::take(&mut entry.notices);
-        let text = self.take_notices(claims, notices).join("\n");
-        self.wake(
-            owner_strand,
-            Answer::Value(json!({"text": text, "ok": true})),
-        );
-    }
-
-    /// A task's status, as `tasks.status` and `task_status` both read it. `asking` is the
-    /// entry whose Lua asks, when it may be the task itself (a task reading itself is
-    /// running Lua, so it waits on nothing and is in its own chain's section).
-    fn status_view(
-        &self,
-        id: &TaskId,
-        current: &Strand,
-        asking: Option<&Entry>,
-    ) -> Option<StatusView> {
-        let record = self.tasks.records.get(id)?;
-        let strand = record.strand.and_then(|sid| {
-            if sid == current.id {
-                Some(current)
-            } else {
-                self.strands.get(&sid).map(|b| &**b)
-            }
-        });
-        let (section, blocked) = match strand {
-            Some(me) if me.id == current.id => {
-                let bottom = me
-                    .stack
-                    .first()
-                    .and_then(|c| c.entry.as_deref())
-                    .or(asking)
-                    .map(|e| e.name.clone());
-                (bottom, None)
-            }
-            Some(other) => committed_activity(other),
-            None => (None, None),
-        };
-        Some(StatusView {
-            target: record.target.clone(),
-            origin: record.origin,
-            state: record.state,
-            ok: record.ok,
-            section,
-            blocked,
-            turns: strand.map_or(record.turns, |s| s.committed_turns()),
-            tasks: strand.map(|s| self.live_children(s)).unwrap_or_default(),
-            depth: record.depth,
-            note: record.note.clone(),
-        })
-    }
-
-    /// The live tasks a strand's chains started, in spawn order.
-    fn live_children(&self, s: &Strand) -> Vec<TaskId> {
-        let mut ids: Vec<TaskId> = s
-            .stack
-            .iter()
-            .flat_map(Chain::all_owned)
-            .filter(|id| self.tasks.is_pending(id))
-            .collect();
-        ids.sort();
-        ids.dedup();
-        ids
-    }
-
-    /// The model's task built-ins (`task`, `task_status`, `task_cancel`, `await_tasks`). Every
-    /// fault the model can cause comes back as text it can read.
-    fn model_tool(
-        &mut self,
-        s: &mut Strand,
-        entry: &mut Entry,
-        name: &str,
-        args: &Json,
-        allow: Option<&[String]>,
-    ) -> Dispatch {
-        match name {
-            "task" => {
-                let Some(target) = args.get("target").and_then(Json::as_str) else {
-                    return tool_text(
-                        "task: `target` must be a string naming a section heading, such as `## Research`",
-                        false,
-                    );
-                };
-                let input = match args.get("input") {
-                    None | Some(Json::Null) => None,
-                    Some(Json::String(input)) => Some(input.clone()),
-                    Some(_) => {
-                        return tool_text("task: `input` must be a string when given", false);
-                    }
-                };
-                let target = target.trim();
-                if let Some(allowed) = allow {
-                    let allowed: Vec<&str> = allowed.iter().map(|a| a.trim()).collect();
-                    if !allowed.contains(&target) {
-                        return tool_text(
-                            format!(
-                                "task: target `{target}` is not allowed; allowed targets: {}",
-                                allowed.join(", ")
-                            ),
-                            false,
-                        );
-                    }
-                }
-                let start =
-                    match self.chain_start(s, entry, target, input.as_deref(), Starter::Spawn) {
-                        Ok(start) => start,
-                        Err(message) => return tool_text(format!("task: {message}"), false),
-                    };
-                let name = self.target_name(&start);
-                let id = self.spawn_task(s, start, Origin::Model, name, None);
-                entry.model_tasks.push(id.clone());
-                Dispatch::Answer(Answer::Value(
-                    json!({"text": format!("Task id={id} started"), "ok": true, "started": true}),
-                ))
-            }
-            "task_status" | "task_cancel" => {
-                let Some(text) = args.get("id").and_then(Json::as_str) else {
-                    return tool_text(
-                        format!(
-                            "{name}: `id` must be a task id string, exactly as `task` returned it"
-                        ),
-                        false,
-                    );
-                };
-                let Some(id) = TaskId::parse(text) else {
-                    return tool_text(
-                        format!("{name}: `{text}` is not a task id; use the id `task` returned"),
-                        false,
-                    );
-                };
-                if !entry.model_tasks.contains(&id) {
-                    return tool_text(format!("{name}: no model task with id {id}"), false);
-                }
-                if name == "task_status" {
-                    let line = self
-                        .status_view(&id, s, None)
-                        .map(|v| v.line(&id))
-                        .unwrap_or_default();
-                    return tool_text(line, true);
-                }
-                // The model's own cancel queues no notice: its confirmation says it all.
-                self.stop_task(&id, TaskEnding::Cancelled);
-                if let Some(record) = self.tasks.records.get_mut(&id) {
-                    record.settled = true;
-                }
-                tool_text(format!("Task id={id} cancelled"), true)
-            }
-            "await_tasks" => {
-                let seconds = match args.get("timeout") {
-                    None | Some(Json::Null) => None,
-                    Some(Json::Number(n)) if n.as_f64().is_some_and(|t| t >= 0.0) => n.as_f64(),
-                    Some(_) => {
-                        return tool_text(
-                            "await_tasks: `timeout` must be a non-negative number of seconds when given",
-                            false,
-                        );
-                    }
-                };
-                if !entry.notices.is_empty() {
-                    let notices = std::mem::take(&mut entry.notices);
-                    let text = self.take_notices(s.claims, notices).join("\n");
-                    return tool_text(text, true);
-                }
-                let running = self.tasks.running(&entry.model_tasks);
-                if running.is_empty() && seconds.is_none() {
-                    return tool_text("nothing to wait for", true);
-                }
-                // A zero timeout has already run out.
-                if seconds == Some(0.0) {
-                    return tool_text(await_expired(&running, 0.0), true);
-                }
-                // A timed `await_tasks` that has to wait takes the owner's next child index.
-                if seconds.is_some()
-                    && let Some(top) = s.top_mut()
-                {
-                    top.children += 1;
-                }
-                let timer = seconds.map(|t| self.timer(s, t));
-                s.wait = Some(TaskWait::Await { timer, seconds });
-                Dispatch::Park
-            }
-            other => tool_text(format!("{other}: not a task built-in"), false),
-        }
-    }
 }
 
 /// Everything a status read reports about one task.
 #[derive(Debug)]
-struct StatusView {
-    target: Arc<str>,
-    origin: Origin,
-    state: TaskState,
-    ok: Option<bool>,
-    section: Option<String>,
-    blocked: Option<&'static str>,
-    turns: u32,
-    tasks: Vec<TaskId>,
-    depth: u32,
-    note: Option<String>,
+pub(crate) struct StatusView {
+    pub(crate) target: Arc<str>,
+    pub(crate) origin: Origin,
+    pub(crate) state: TaskState,
+    pub(crate) ok: Option<bool>,
+    pub(crate) section: Option<String>,
+    pub(crate) blocked: Option<&'static str>,
+    pub(crate) turns: u32,
+    pub(crate) tasks: Vec<TaskId>,
+    pub(crate) depth: u32,
+    pub(crate) note: Option<String>,
 }
 
 impl StatusView {
     /// The `tasks.status` table: nil fields are left out.
-    fn table(&self) -> Json {
+    pub(crate) fn table(&self) -> Json {
         let mut table = serde_json::Map::new();
         table.insert("target".into(), Json::from(&*self.target));
         table.insert("origin".into(), Json::from(self.origin.as_str()));
@@ -1007,7 +224,7 @@ impl StatusView {
 
     /// The `task_status` line: `Task id={task} (## {target}): {state}[, ok | , failed]
     /// [, in ## {section}][, waiting on {blocked}], turns {n}[, tasks {ids}][, note: {note}]`.
-    fn line(&self, id: &TaskId) -> String {
+    pub(crate) fn line(&self, id: &TaskId) -> String {
         let mut line = format!("Task id={id} (## {}): {}", self.target, self.state.as_str());
         if self.state == TaskState::Done {
             line.push_str(if self.ok == Some(true) {
@@ -1035,7 +252,7 @@ impl StatusView {
 
 /// A live task's activity where the committed order left it: a strand that ran ahead is
 /// seen as its view keeps it, its slot (the order's own) read now.
-fn committed_activity(strand: &Strand) -> (Option<String>, Option<&'static str>) {
+pub(crate) fn committed_activity(strand: &Strand) -> (Option<String>, Option<&'static str>) {
     let Some(ahead) = &strand.ahead else {
         return activity(strand);
     };
@@ -1050,7 +267,7 @@ fn committed_activity(strand: &Strand) -> (Option<String>, Option<&'static str>)
 
 /// What a live task is doing, from its own chain's point of view: the section it is in and
 /// what it waits on (`queued`, `chat`, `tool_call`, `store`, `tasks`, `call`).
-fn activity(strand: &Strand) -> (Option<String>, Option<&'static str>) {
+pub(crate) fn activity(strand: &Strand) -> (Option<String>, Option<&'static str>) {
     if strand.slot == Slot::Queued {
         return (running_activity(strand).0, Some("queued"));
     }

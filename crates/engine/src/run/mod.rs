@@ -14,6 +14,11 @@
 //! them, `failure` classifies what ends a chain, and `scheduler` decides the order of answers
 //! and admissions.
 
+mod dispatch;
+mod fanout;
+mod tasks;
+mod walk;
+
 use std::cell::RefCell;
 use std::collections::{BTreeMap, BTreeSet};
 use std::rc::Rc;
@@ -119,11 +124,8 @@ pub const USER_INPUT_PLUGIN: &str = "promptforge/user-input";
 /// The global its prelude defines.
 const INPUT_GLOBAL: &str = "input";
 
-/// The deepest a `call`, task or fanout arm may nest, counting the first.
-pub const CALL_DEPTH_CAP: u32 = 8;
-
-/// The main walk's strand.
-pub(crate) const MAIN: StrandId = 0;
+pub use crate::strand::CALL_DEPTH_CAP;
+pub(crate) use crate::strand::{MAIN, StrandEnd};
 
 /// How far one advance of a strand got.
 #[derive(Debug)]
@@ -136,18 +138,6 @@ pub(crate) enum Progress {
     Paused,
     /// The strand's own chain ended.
     Ended(StrandEnd),
-}
-
-/// How a strand's own chain ended.
-#[derive(Debug)]
-pub(crate) enum StrandEnd {
-    /// With this result (`None`: it ran off its walk).
-    Returned(Option<String>),
-    /// With this failure; `h1_gate` when the H1 pass's own blocks failed.
-    Failed {
-        failure: promptforge_lua::vm::LuaFailure,
-        h1_gate: bool,
-    },
 }
 
 /// One run of a prompt.

@@ -409,7 +409,7 @@ impl Run {
             }
             match step {
                 BlockStep::Suspended(request) => match self.dispatch(s, &mut entry, &request) {
-                    Ok(crate::dispatch::Dispatch::Effect(effect)) => {
+                    Ok(super::dispatch::Dispatch::Effect(effect)) => {
                         let (id, work) = if self.ahead.is_some() {
                             let issued = self.effects.issue_ahead(s.id, effect, s.held);
                             self.ahead_issued.push(issued.0);
@@ -430,23 +430,23 @@ impl Run {
                         Self::park_entry(s, entry);
                         return Progress::Parked;
                     }
-                    Ok(crate::dispatch::Dispatch::Answer(answer)) => {
+                    Ok(super::dispatch::Dispatch::Answer(answer)) => {
                         entry.answer = Some(answer);
                     }
-                    Ok(crate::dispatch::Dispatch::Call(chain)) => {
+                    Ok(super::dispatch::Dispatch::Call(chain)) => {
                         entry.waiting = Some(Wait::Chain);
                         Self::park_entry(s, entry);
                         s.stack.push(*chain);
                         return Progress::Continue;
                     }
-                    Ok(crate::dispatch::Dispatch::Park) => {
+                    Ok(super::dispatch::Dispatch::Park) => {
                         entry.waiting = Some(Wait::Tasks);
                         Self::park_entry(s, entry);
                         // A strand parked on a wait gives its slot back.
                         self.release_slot(s, crate::strand::Slot::Lent);
                         return Progress::Parked;
                     }
-                    Ok(crate::dispatch::Dispatch::Fail(error)) => {
+                    Ok(super::dispatch::Dispatch::Fail(error)) => {
                         let name = entry.name.clone();
                         drop(entry);
                         self.teardown(&s.task, &name);
