@@ -7,6 +7,14 @@
 //! [`Run::resume`]; the [`protocol`] module holds every type the two exchange, and the seed and
 //! start instant arrive in the [`RunContext`].
 
+// The in-process driver the integration tests use (`tests/util`), shared with the unit tests
+// of the run's rooms: it names the crate by its public name.
+#[cfg(test)]
+extern crate self as promptforge_engine;
+#[cfg(test)]
+#[path = "../tests/util/mod.rs"]
+pub(crate) mod driver;
+
 pub mod args;
 pub mod determinism;
 pub mod events;

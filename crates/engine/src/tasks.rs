@@ -298,3 +298,51 @@ pub(crate) fn running_activity(strand: &Strand) -> (Option<String>, Option<&'sta
     };
     (section, blocked)
 }
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)] // test code
+
+    use super::*;
+
+    fn id(text: &str) -> TaskId {
+        TaskId::parse(text).unwrap()
+    }
+
+    #[test]
+    fn the_errors_a_task_call_raises() {
+        let e = not_owned("0.3");
+        assert_eq!(
+            (e.kind.as_str(), e.message.as_str()),
+            ("task_not_owned", "task `0.3` is not a task this chain owns")
+        );
+        assert_eq!(e.fields["task"], "0.3");
+        let e = consumed(&id("0.1"));
+        assert_eq!(e.kind, "task_consumed");
+        assert!(e.message.starts_with("task `0.1` was already delivered"));
+        assert_eq!(cancelled(&id("0.2")).message, "task `0.2` was cancelled");
+        let e = tasks_live(&[id("0.0"), id("0.4")]);
+        assert_eq!(e.kind, "tasks_live");
+        assert!(e.message.contains("still live: 0.0, 0.4"), "{}", e.message);
+        assert_eq!(e.run_kind, Some(RunErrorKind::Lua));
+    }
+
+    #[test]
+    fn an_await_that_ran_out_says_what_is_still_running() {
+        assert_eq!(await_expired(&[], 0.05), "slept 0.05 seconds");
+        assert_eq!(await_expired(&[], 2.0), "slept 2 seconds");
+        assert_eq!(
+            await_expired(&[id("0.1")], 1.0),
+            "timed out; tasks 0.1 still running"
+        );
+    }
+
+    #[test]
+    fn an_empty_registry_has_nothing_live_or_pending() {
+        let tasks = Tasks::default();
+        assert!(tasks.live().next().is_none());
+        assert!(!tasks.is_live(&id("0.0")));
+        assert!(!tasks.is_pending(&id("0.0")));
+        assert!(tasks.running(&[id("0.0")]).is_empty());
+    }
+}

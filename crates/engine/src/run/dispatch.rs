@@ -162,3 +162,58 @@ impl Run {
         Dispatch::Call(Box::new(self.chain_from(id, parent, depth, start, false)))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::panic)] // test code
+
+    use super::*;
+    use crate::driver;
+
+    fn header(body: &str) -> String {
+        format!(
+            "---\nname: t\ndescription: d\npromptforge: 0\nmodels:\n  writer: {{}}\n---\n\n# T\n\n```lua\nmodels.default('writer')\n```\n\n{body}"
+        )
+    }
+
+    /// Drive `body` to its end in issue order, keeping the run to look inside it.
+    fn driven(body: &str) -> (Run, driver::Transcript) {
+        let prompt = Arc::new(promptforge_syntax::Prompt::parse(&header(body)).unwrap());
+        let mut run = Run::new(prompt, driver::context(7));
+        let t = driver::drive_run(
+            &mut run,
+            driver::FakeHarness::default(),
+            driver::Order::Issued,
+        );
+        (run, t)
+    }
+
+    /// A call nested past the cap is refused at the call, as a `lua` error the caller sees.
+    #[test]
+    fn calls_past_the_depth_cap_are_refused_at_the_call() {
+        let (_, t) = driven(
+            "## Main\n\n```lua\nreturn call('## A')\n```\n\n## A\n\n```lua\nlocal ok, r = pcall(call, '## B')\nif not ok then return 'refused: ' .. tostring(r) end\nreturn r\n```\n\n## B\n\n```lua\nlocal ok, r = pcall(call, '## A')\nif not ok then return 'refused: ' .. tostring(r) end\nreturn r\n```\n",
+        );
+        assert_eq!(
+            t.result(),
+            format!("refused: call recursion exceeded cap of {CALL_DEPTH_CAP}")
+        );
+    }
+
+    /// Store calls become store effects after their claims; a bad path is refused at the call
+    /// with a store error and claims nothing.
+    #[test]
+    fn store_calls_claim_then_reach_the_store() {
+        let (run, t) = driven(
+            "## Main\n\n```lua\nstore.write('a.txt', 'x')\nlocal ok, err = pcall(store.read, '/abs')\nreturn store.read('a.txt') .. ' ' .. err.reason\n```\n",
+        );
+        assert_eq!(t.result(), "x invalid_path");
+        let stores = t
+            .effects
+            .iter()
+            .filter(|(_, e)| matches!(e, Effect::Store(_)))
+            .count();
+        assert_eq!(stores, 2, "the refused read never reached the store");
+        drop(run);
+    }
+}

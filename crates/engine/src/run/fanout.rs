@@ -144,3 +144,56 @@ impl Run {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::panic)] // test code
+
+    use std::sync::Arc;
+
+    use super::*;
+    use crate::driver;
+
+    fn header(body: &str) -> String {
+        format!(
+            "---\nname: t\ndescription: d\npromptforge: 0\nmodels:\n  writer: {{}}\n---\n\n# T\n\n```lua\nmodels.default('writer')\n```\n\n{body}"
+        )
+    }
+
+    /// Drive `body` to its end in issue order, keeping the run to look inside it.
+    fn driven(body: &str) -> (Run, driver::Transcript) {
+        let prompt = Arc::new(promptforge_syntax::Prompt::parse(&header(body)).unwrap());
+        let mut run = Run::new(prompt, driver::context(7));
+        let t = driver::drive_run(
+            &mut run,
+            driver::FakeHarness::default(),
+            driver::Order::Issued,
+        );
+        (run, t)
+    }
+
+    /// Results come back in collection order, every arm's task is delivered, and nothing of
+    /// the fanout is left once it returned.
+    #[test]
+    fn results_in_collection_order_and_nothing_left_behind() {
+        let (run, t) = driven(
+            "## Main\n\n```lua\nlocal r = fanout('### Ask', { 'x', 'y', 'z' })\nreturn r[1].text .. '|' .. r[2].text .. '|' .. r[3].text\n```\n\n### Ask\n\n```lua\nreturn models.infer(item)\n```\n",
+        );
+        assert_eq!(t.result(), "echo: x|echo: y|echo: z");
+        assert!(run.fanouts.is_empty());
+        assert_eq!(run.tasks.records.len(), 3);
+        assert!(run.tasks.records.values().all(|r| r.delivered && r.settled));
+    }
+
+    /// The first arm that fails cancels its live siblings and is raised at the call; no arm
+    /// is left running and the fanout's record is gone.
+    #[test]
+    fn a_failing_arm_is_raised_at_the_call_and_its_siblings_stop() {
+        let (run, t) = driven(
+            "## Main\n\n```lua\nlocal ok, err = pcall(fanout, '### Ask', { 'slow', 'bad', 'other' })\nreturn tostring(ok) .. ' ' .. tostring(err):match('boom') \n```\n\n### Ask\n\n```lua\nif item == 'bad' then error('boom') end\nreturn models.infer(models.infer(item))\n```\n",
+        );
+        assert_eq!(t.result(), "false boom");
+        assert!(run.fanouts.is_empty());
+        assert!(run.tasks.live().next().is_none());
+    }
+}

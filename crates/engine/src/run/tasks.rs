@@ -793,3 +793,81 @@ impl Run {
 fn tool_text(text: impl Into<String>, ok: bool) -> Dispatch {
     Dispatch::Answer(Answer::Value(json!({"text": text.into(), "ok": ok})))
 }
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::panic)] // test code
+
+    use super::*;
+    use crate::driver;
+
+    fn header(body: &str) -> String {
+        format!(
+            "---\nname: t\ndescription: d\npromptforge: 0\nmodels:\n  writer: {{}}\n---\n\n# T\n\n```lua\nmodels.default('writer')\n```\n\n{body}"
+        )
+    }
+
+    /// Drive `body` to its end in issue order, keeping the run to look inside it.
+    fn driven(body: &str) -> (Run, driver::Transcript) {
+        let prompt = Arc::new(promptforge_syntax::Prompt::parse(&header(body)).unwrap());
+        let mut run = Run::new(prompt, driver::context(7));
+        let t = driver::drive_run(
+            &mut run,
+            driver::FakeHarness::default(),
+            driver::Order::Issued,
+        );
+        (run, t)
+    }
+
+    /// A task waited on is delivered and settled; one cancelled is settled without a result;
+    /// neither is live when the run ends, and the registry keeps both.
+    #[test]
+    fn waits_and_cancels_leave_the_registry_settled() {
+        let (run, t) = driven(
+            "## Main\n\n```lua\nlocal a = tasks.spawn('### A')\nlocal b = tasks.spawn('### B')\ntasks.cancel(b)\nlocal first, ok, result = tasks.join_any({ a })\nreturn first.task .. ' ' .. tostring(ok) .. ' ' .. result .. ' ' .. #tasks.pending()\n```\n\n### A\n\n```lua\nreturn models.infer('a')\n```\n\n### B\n\n```lua\nreturn models.infer('b')\n```\n",
+        );
+        assert_eq!(t.result(), "0.0 true echo: a 0");
+        assert!(run.tasks.live().next().is_none());
+        let states: Vec<(String, TaskState, bool, bool)> = run
+            .tasks
+            .records
+            .iter()
+            .map(|(id, r)| (id.to_string(), r.state, r.delivered, r.settled))
+            .collect();
+        assert_eq!(
+            states,
+            [
+                ("0.0".to_owned(), TaskState::Done, true, true),
+                ("0.1".to_owned(), TaskState::Cancelled, false, true),
+            ]
+        );
+    }
+
+    /// A chain that ends with a task it never waited on fails with `tasks_live`, naming it.
+    #[test]
+    fn a_chain_ending_with_live_tasks_fails() {
+        let (_, t) = driven(
+            "## Main\n\n```lua\ntasks.spawn('### A')\nreturn 'done'\n```\n\n### A\n\n```lua\nreturn models.infer('a')\n```\n",
+        );
+        match &t.outcome {
+            crate::Outcome::Failed(err) => {
+                assert!(
+                    err.message
+                        .contains("chain ended with author tasks still live: 0.0"),
+                    "{}",
+                    err.message
+                );
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    /// The model's task built-ins answer with text, a refusal included.
+    #[test]
+    fn a_model_built_in_refuses_a_bad_target_as_text() {
+        let Dispatch::Answer(Answer::Value(answer)) = tool_text("no", false) else {
+            panic!("a tool text is an answer")
+        };
+        assert_eq!(answer, json!({"text": "no", "ok": false}));
+    }
+}

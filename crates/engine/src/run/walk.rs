@@ -743,3 +743,43 @@ impl Run {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::panic)] // test code
+
+    use std::sync::Arc;
+
+    use super::*;
+    use crate::driver;
+
+    fn header(body: &str) -> String {
+        format!(
+            "---\nname: t\ndescription: d\npromptforge: 0\nmodels:\n  writer: {{}}\n---\n\n# T\n\n```lua\nmodels.default('writer')\n```\n\n{body}"
+        )
+    }
+
+    /// Drive `body` to its end in issue order, keeping the run to look inside it.
+    fn driven(body: &str) -> (Run, driver::Transcript) {
+        let prompt = Arc::new(promptforge_syntax::Prompt::parse(&header(body)).unwrap());
+        let mut run = Run::new(prompt, driver::context(7));
+        let t = driver::drive_run(
+            &mut run,
+            driver::FakeHarness::default(),
+            driver::Order::Issued,
+        );
+        (run, t)
+    }
+
+    /// `call` runs the callee and returns to the caller; `jump` leaves the walk for its target;
+    /// the walk visits sections in document order, and no strand is left when it ends.
+    #[test]
+    fn call_returns_and_jump_moves_the_walk() {
+        let (run, t) = driven(
+            "## One\n\n```lua\nvar.trail = (var.trail or '') .. 'one,' .. call('## Helper')\njump('## Three')\n```\n\n## Two\n\n```lua\nvar.trail = var.trail .. 'two,'\n```\n\n## Three\n\n```lua\nreturn var.trail .. 'three'\n```\n\n## Helper\n\n```lua\nreturn 'helper,'\n```\n",
+        );
+        assert_eq!(t.result(), "one,helper,three");
+        assert!(run.strands.is_empty());
+        assert!(run.runnable.is_empty());
+    }
+}
