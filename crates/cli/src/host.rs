@@ -28,6 +28,7 @@ use tokio::task::AbortHandle;
 
 use crate::record::{Check, Divergence, Recorder, Replay};
 use crate::ui::{Progress, RoundLine};
+use crate::witness::Witness;
 
 /// Held while a store operation runs: the cancel watchdog takes it before it ends the process,
 /// so a forced exit never lands in the middle of a write.
@@ -433,6 +434,15 @@ impl Host {
         scripted_model || scripted_web
     }
 
+    /// Every part watching the run (the progress display, the recorder, the replay source),
+    /// driven through one trait at the same points of the loop.
+    fn witnesses(&mut self) -> impl Iterator<Item = &mut dyn Witness> {
+        let progress: &mut dyn Witness = &mut self.progress;
+        let recorder = self.recorder.as_mut().map(|r| r as &mut dyn Witness);
+        let replay = self.replay.as_mut().map(|r| r as &mut dyn Witness);
+        std::iter::once(progress).chain(recorder).chain(replay)
+    }
+
     /// Drive a run to its end, handing every event to `on_event` as it happens.
     pub fn drive(&mut self, run: &mut Run, on_event: &mut dyn FnMut(&Event)) -> Outcome {
         // Strands run ahead on their own answers unless a provider here binds answers by issue
@@ -465,10 +475,9 @@ impl Host {
             let step = run.step();
             steps += 1;
             for event in run.take_events() {
-                if let Some(recorder) = &mut self.recorder {
-                    recorder.event(&event);
+                for witness in self.witnesses() {
+                    witness.event(&event);
                 }
-                self.progress.event(&event);
                 on_event(&event);
             }
             let commits = run.take_commits();
@@ -483,24 +492,25 @@ impl Host {
                     while let Ok(message) = self.rx.try_recv() {
                         match message {
                             HostMessage::Replied(id, usage) => {
-                                self.progress.round_finished(id, Some(usage.as_ref()));
+                                for witness in self.witnesses() {
+                                    witness.round_finished(id, Some(usage.as_ref()));
+                                }
                             }
                             HostMessage::Answer(id, answer) => {
-                                if let Some(recorder) = &mut self.recorder {
-                                    recorder.answered(id, &answer);
+                                for witness in self.witnesses() {
+                                    witness.answered(id, &answer);
                                 }
                             }
                             HostMessage::Wake => {}
                         }
                     }
-                    if let Some(recorder) = &mut self.recorder {
-                        // What the order issued in the last step never went out: recorded,
-                        // as withdrawn.
-                        let unsent: Vec<EffectId> =
-                            commits.unsent.iter().map(|(id, _)| *id).collect();
-                        recorder.step(&commits.unsent, &commits, &unsent, |_| None);
+                    // What the order issued in the last step never went out: recorded, as
+                    // withdrawn.
+                    let unsent: Vec<EffectId> = commits.unsent.iter().map(|(id, _)| *id).collect();
+                    for witness in self.witnesses() {
+                        witness.step(&commits.unsent, &commits, &unsent, &|_| None);
+                        witness.ended();
                     }
-                    self.progress.finish();
                     return outcome;
                 }
                 Step::Effects(batch) => batch,
@@ -509,10 +519,6 @@ impl Host {
                 if let Some(handle) = in_flight.remove(id) {
                     handle.abort();
                 }
-                if let Some(replay) = &mut self.replay {
-                    replay.withdrawn(*id);
-                }
-                self.progress.round_finished(*id, None);
             }
             if self.terminal.is_some() && !batch.withdrawn.is_empty() {
                 let mut withdrawn = self.withdrawn.lock().unwrap_or_else(|e| e.into_inner());
@@ -520,8 +526,8 @@ impl Host {
             }
             let mut answered = false;
             let mut stopped = false;
-            if let Some(recorder) = &mut self.recorder {
-                recorder.step(&batch.issued, &commits, &batch.withdrawn, |id| {
+            for witness in self.witnesses() {
+                witness.step(&batch.issued, &commits, &batch.withdrawn, &|id| {
                     run.effect_task(id)
                 });
             }
@@ -553,8 +559,8 @@ impl Host {
                     .flatten();
                 match self.start(id, effect, task) {
                     Started::Now(answer) => {
-                        if let Some(recorder) = &mut self.recorder {
-                            recorder.answered(id, &answer);
+                        for witness in self.witnesses() {
+                            witness.answered(id, &answer);
                         }
                         run.resume(id, answer);
                         answered = true;
@@ -614,22 +620,24 @@ impl Host {
                         if self.asking.remove(&id) && self.asking.is_empty() {
                             self.progress.pause(false);
                         }
-                        self.progress.round_finished(id, None);
-                        if let Some(recorder) = &mut self.recorder {
-                            recorder.answered(id, &answer);
+                        for witness in self.witnesses() {
+                            witness.round_finished(id, None);
+                            witness.answered(id, &answer);
                         }
                         run.resume(id, answer);
                     }
                     HostMessage::Replied(id, usage) => {
-                        self.progress.round_finished(id, Some(usage.as_ref()));
+                        for witness in self.witnesses() {
+                            witness.round_finished(id, Some(usage.as_ref()));
+                        }
                     }
                     HostMessage::Wake => {}
                 }
                 message = self.rx.try_recv().ok();
             }
             if self.cancel.load(Ordering::Relaxed) {
-                if let Some(recorder) = &mut self.recorder {
-                    recorder.cancelled();
+                for witness in self.witnesses() {
+                    witness.cancelled();
                 }
                 run.cancel();
             }
@@ -749,7 +757,9 @@ impl Host {
         self.progress.round_sent(task.as_deref());
         if let Some(result) = model.provider.answer_at_once(&request) {
             if let Ok(reply) = &result {
-                self.progress.round_finished(id, Some(reply.usage.as_ref()));
+                for witness in self.witnesses() {
+                    witness.round_finished(id, Some(reply.usage.as_ref()));
+                }
             }
             return Started::Now(round_answer(infer, result, &self.diagnosis, self.notes));
         }

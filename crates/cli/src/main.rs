@@ -39,6 +39,7 @@ mod report;
 mod session;
 mod source;
 mod ui;
+mod witness;
 
 use commands::{batch, check, describe, mcp, models, replay, run, runs};
 

@@ -28,6 +28,8 @@ use std::path::{Path, PathBuf};
 use promptforge_engine::protocol::{Answer, Commits, Effect, EffectId, is_provisional};
 use promptforge_engine::{Event, HostState, Outcome};
 use serde::{Deserialize, Serialize};
+
+use crate::witness::Witness;
 use serde_json::{Value as Json, json};
 
 /// The record format's version (2: answers numbered in the order the run took them).
@@ -215,12 +217,12 @@ impl Recorder {
 
     /// One step of the run, in the order a record needs it: the effects it issued (held while
     /// provisional), then what it committed (final ids, answers taken), then its withdrawals.
-    pub(crate) fn step(
+    fn record_step(
         &mut self,
         issued: &[(EffectId, Effect)],
         commits: &Commits,
         withdrawn: &[EffectId],
-        task: impl Fn(EffectId) -> Option<String>,
+        task: &dyn Fn(EffectId) -> Option<String>,
     ) {
         for (id, effect) in issued {
             self.issued(*id, effect, task(*id));
@@ -286,7 +288,7 @@ impl Recorder {
     }
 
     /// An answer as the Host handed it over: written once the run takes it.
-    pub(crate) fn answered(&mut self, id: EffectId, answer: &Answer) {
+    fn record_answer(&mut self, id: EffectId, answer: &Answer) {
         let t = self.elapsed();
         let id = self.final_id(id);
         let text = serde_json::to_string(answer).unwrap_or_else(|_| "null".to_owned());
@@ -325,7 +327,7 @@ impl Recorder {
     }
 
     /// The run was cancelled after it had taken this many answers.
-    pub(crate) fn cancelled(&mut self) {
+    fn record_cancel(&mut self) {
         let taken = self.taken;
         self.line(json!({"cancel": taken}));
     }
@@ -333,7 +335,7 @@ impl Recorder {
     /// An event: the bytes `line` would write for `{"event": ..., "t": ...}` (keys in
     /// order), written straight from the event's JSON. The history recognises event lines by
     /// their opening `{"event":`.
-    pub(crate) fn event(&mut self, event: &Event) {
+    fn record_event(&mut self, event: &Event) {
         let t = self.elapsed();
         let value = crate::report::event_json(event);
         self.raw(|out| {
@@ -650,7 +652,7 @@ impl Replay {
     }
 
     /// The run no longer wants this effect's answer: it is owed nothing for it.
-    pub(crate) fn withdrawn(&mut self, id: EffectId) {
+    fn withdrawn(&mut self, id: EffectId) {
         self.matched.remove(&id);
     }
 
@@ -735,5 +737,45 @@ pub(crate) fn compare(record: &Record, events: &[Json], outcome: &Json) -> Optio
             shown(outcome)
         )),
         None => Some("the record has no outcome (the recorded run never ended)".to_owned()),
+    }
+}
+
+/// The recorder writes down everything it is told, in the order a record needs.
+impl Witness for Recorder {
+    fn event(&mut self, event: &Event) {
+        self.record_event(event);
+    }
+
+    fn step(
+        &mut self,
+        issued: &[(EffectId, Effect)],
+        commits: &Commits,
+        withdrawn: &[EffectId],
+        task: &dyn Fn(EffectId) -> Option<String>,
+    ) {
+        self.record_step(issued, commits, withdrawn, task);
+    }
+
+    fn answered(&mut self, id: EffectId, answer: &Answer) {
+        self.record_answer(id, answer);
+    }
+
+    fn cancelled(&mut self) {
+        self.record_cancel();
+    }
+}
+
+/// The replay source owes no answer to an effect the run withdrew.
+impl Witness for Replay {
+    fn step(
+        &mut self,
+        _issued: &[(EffectId, Effect)],
+        _commits: &Commits,
+        withdrawn: &[EffectId],
+        _task: &dyn Fn(EffectId) -> Option<String>,
+    ) {
+        for id in withdrawn {
+            self.withdrawn(*id);
+        }
     }
 }

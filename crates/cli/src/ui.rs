@@ -436,7 +436,7 @@ impl Progress {
     }
 
     /// An event of the run.
-    pub(crate) fn event(&mut self, event: &Event) {
+    fn show_event(&mut self, event: &Event) {
         match &event.kind {
             EventKind::SectionStarted { section, .. } if event.task == "0" => {
                 self.report(|| format!("section {section}"));
@@ -530,7 +530,7 @@ impl Progress {
     }
 
     /// A model round ended (a reply, with its usage if reported) or was dropped (`None`).
-    pub(crate) fn round_finished(&mut self, effect: EffectId, reply: Option<Option<&Usage>>) {
+    fn round_ended(&mut self, effect: EffectId, reply: Option<Option<&Usage>>) {
         if let Some(usage) = reply {
             self.totals.add(usage);
         }
@@ -553,7 +553,7 @@ impl Progress {
     }
 
     /// Clear the display (the run ended).
-    pub(crate) fn finish(&mut self) {
+    fn clear(&mut self) {
         if let Some(screen) = self.screen.take() {
             for bar in screen.tasks.values() {
                 bar.finish_and_clear();
@@ -585,7 +585,34 @@ impl Progress {
 
 impl Drop for Progress {
     fn drop(&mut self) {
-        self.finish();
+        self.clear();
+    }
+}
+
+/// The progress display shows events and rounds as they come and clears when the run ends.
+impl crate::witness::Witness for Progress {
+    fn event(&mut self, event: &Event) {
+        self.show_event(event);
+    }
+
+    fn step(
+        &mut self,
+        _issued: &[(EffectId, promptforge_engine::protocol::Effect)],
+        _commits: &promptforge_engine::protocol::Commits,
+        withdrawn: &[EffectId],
+        _task: &dyn Fn(EffectId) -> Option<String>,
+    ) {
+        for id in withdrawn {
+            self.round_ended(*id, None);
+        }
+    }
+
+    fn round_finished(&mut self, id: EffectId, reply: Option<Option<&Usage>>) {
+        self.round_ended(id, reply);
+    }
+
+    fn ended(&mut self) {
+        self.clear();
     }
 }
 
