@@ -7,13 +7,7 @@
 mod util;
 
 use promptforge_engine::{Effect, EventKind, Outcome, TaskEnding};
-use util::{FakeHarness, Order, context, drive, drive_with};
-
-fn header(body: &str) -> String {
-    format!(
-        "---\nname: t\ndescription: d\npromptforge: 0\nmodels:\n  writer: {{}}\n---\n\n# T\n\n```lua\nmodels.default('writer')\n```\n\n{body}"
-    )
-}
+use util::{FakeHarness, Order, context, drive, drive_with, with_writer as header};
 
 #[test]
 fn a_race_and_its_cancelled_loser_are_the_same_in_every_answer_order() {

@@ -149,28 +149,7 @@ impl Run {
 mod tests {
     #![allow(clippy::unwrap_used, clippy::panic)] // test code
 
-    use std::sync::Arc;
-
-    use super::*;
-    use crate::driver;
-
-    fn header(body: &str) -> String {
-        format!(
-            "---\nname: t\ndescription: d\npromptforge: 0\nmodels:\n  writer: {{}}\n---\n\n# T\n\n```lua\nmodels.default('writer')\n```\n\n{body}"
-        )
-    }
-
-    /// Drive `body` to its end in issue order, keeping the run to look inside it.
-    fn driven(body: &str) -> (Run, driver::Transcript) {
-        let prompt = Arc::new(promptforge_syntax::Prompt::parse(&header(body)).unwrap());
-        let mut run = Run::new(prompt, driver::context(7));
-        let t = driver::drive_run(
-            &mut run,
-            driver::FakeHarness::default(),
-            driver::Order::Issued,
-        );
-        (run, t)
-    }
+    use crate::driver::drive_kept as driven;
 
     /// Results come back in collection order, every arm's task is delivered, and nothing of
     /// the fanout is left once it returned.

@@ -202,6 +202,22 @@ pub fn drive_with(source: &str, ctx: RunContext, harness: FakeHarness, order: Or
     drive_run(&mut run, harness, order)
 }
 
+/// A prompt whose H1 sets the default model to a declared `writer` role, then `body` (its
+/// sections).
+pub fn with_writer(body: &str) -> String {
+    format!(
+        "---\nname: t\ndescription: d\npromptforge: 0\nmodels:\n  writer: {{}}\n---\n\n# T\n\n```lua\nmodels.default('writer')\n```\n\n{body}"
+    )
+}
+
+/// Drive `with_writer(body)` to its end in issue order, keeping the run to look inside it.
+pub fn drive_kept(body: &str) -> (Run, Transcript) {
+    let prompt = Arc::new(Prompt::parse(&with_writer(body)).expect("the prompt parses"));
+    let mut run = Run::new(prompt, context(7));
+    let t = drive_run(&mut run, FakeHarness::default(), Order::Issued);
+    (run, t)
+}
+
 /// Drive `source` with the default context and harness.
 pub fn drive(source: &str, order: Order) -> Transcript {
     drive_with(source, context(7), FakeHarness::default(), order)

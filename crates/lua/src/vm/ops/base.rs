@@ -34,10 +34,7 @@ fn load_module(call: Call<'_>) -> mlua::Result<MultiValue> {
         args: [a, _, _, _],
         ..
     } = call;
-    let name = match &a {
-        Value::String(name) => name.to_string_lossy(),
-        _ => String::new(),
-    };
+    let name = text_of(&a);
     let Some((_, chunk, bytecode)) = module_bytecode().iter().find(|(n, _, _)| *n == name) else {
         return Err(mlua::Error::RuntimeError(format!(
             "unknown shim module `{name}`"
@@ -65,10 +62,7 @@ fn scalar_text(call: Call<'_>) -> mlua::Result<MultiValue> {
         args: [a, _, _, _],
         ..
     } = call;
-    match scalar_result(&a) {
-        Ok(text) => (text.unwrap_or_default(), Value::Nil).into_lua_multi(lua),
-        Err(message) => (Value::Nil, message).into_lua_multi(lua),
-    }
+    value_or_message(lua, scalar_result(&a).map(|text| text.unwrap_or_default()))
 }
 
 fn normalize(call: Call<'_>) -> mlua::Result<MultiValue> {

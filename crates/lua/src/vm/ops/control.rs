@@ -32,10 +32,7 @@ fn fanout_members(call: Call<'_>) -> mlua::Result<MultiValue> {
         ..
     } = call;
     match &a {
-        Value::Table(collection) => match vm::fanout_members(lua, collection)? {
-            Ok(members) => (members, Value::Nil).into_lua_multi(lua),
-            Err(message) => (Value::Nil, message).into_lua_multi(lua),
-        },
+        Value::Table(collection) => value_or_message(lua, vm::fanout_members(lua, collection)?),
         _ => (Value::Nil, "fanout collection must be a table").into_lua_multi(lua),
     }
 }
@@ -47,10 +44,7 @@ fn list_from_section(call: Call<'_>) -> mlua::Result<MultiValue> {
         args: [a, _, _, _],
         ..
     } = call;
-    match vm::list_from_section(lua, &s.borrow().visible, &a)? {
-        Ok(items) => (items, Value::Nil).into_lua_multi(lua),
-        Err(message) => (Value::Nil, message).into_lua_multi(lua),
-    }
+    value_or_message(lua, vm::list_from_section(lua, &s.borrow().visible, &a)?)
 }
 
 fn task_id_ok(call: Call<'_>) -> mlua::Result<MultiValue> {

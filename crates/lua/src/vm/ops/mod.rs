@@ -41,6 +41,27 @@ pub(super) struct Call<'a> {
 /// A host operation.
 pub(super) type Op = fn(Call<'_>) -> mlua::Result<MultiValue>;
 
+/// A string argument as text (bad UTF-8 read lossily), or the empty string for any other
+/// value.
+fn text_of(value: &Value) -> String {
+    match value {
+        Value::String(text) => text.to_string_lossy(),
+        _ => String::new(),
+    }
+}
+
+/// How an op answers something the shim may refuse: `(value, nil)`, or `(nil, message)` for
+/// the shim to raise.
+fn value_or_message<V: mlua::IntoLua>(
+    lua: &Lua,
+    result: Result<V, String>,
+) -> mlua::Result<MultiValue> {
+    match result {
+        Ok(value) => (value, Value::Nil).into_lua_multi(lua),
+        Err(message) => (Value::Nil, message).into_lua_multi(lua),
+    }
+}
+
 /// The op the shim calls by `name`.
 pub(super) fn find(name: &str) -> Option<Op> {
     static TABLE: OnceLock<HashMap<&'static str, Op>> = OnceLock::new();

@@ -53,8 +53,8 @@ fn models_default(call: Call<'_>) -> mlua::Result<MultiValue> {
         models::models_default(&mut state, &a)
     };
     match result {
-        Ok(handle) => (models::handle_value(lua, handle)?, Value::Nil).into_lua_multi(lua),
-        Err(message) => (Value::Nil, message).into_lua_multi(lua),
+        Ok(handle) => value_or_message(lua, Ok(models::handle_value(lua, handle)?)),
+        Err(message) => value_or_message::<Value>(lua, Err(message)),
     }
 }
 
@@ -71,8 +71,8 @@ fn models_get(call: Call<'_>) -> mlua::Result<MultiValue> {
         models::models_get(&state, &a)
     };
     match result {
-        Ok(handle) => (models::handle_value(lua, handle)?, Value::Nil).into_lua_multi(lua),
-        Err(message) => (Value::Nil, message).into_lua_multi(lua),
+        Ok(handle) => value_or_message(lua, Ok(models::handle_value(lua, handle)?)),
+        Err(message) => value_or_message::<Value>(lua, Err(message)),
     }
 }
 

@@ -89,10 +89,7 @@ fn untrusted(call: Call<'_>) -> mlua::Result<MultiValue> {
         args: [a, _, _, _],
         ..
     } = call;
-    let text = match &a {
-        Value::String(text) => text.to_string_lossy(),
-        _ => String::new(),
-    };
+    let text = text_of(&a);
     let nonce = s.borrow().nonce.clone();
     crate::untrusted::wrap(&text, &nonce).into_lua_multi(lua)
 }
