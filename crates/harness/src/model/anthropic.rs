@@ -33,7 +33,7 @@ use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
 use serde_json::{Map, Value, json};
 
 use super::error::{ModelError, classify_stream_error};
-use super::http::{EventStream, build_client, finish_stream, key_header, post_event_stream};
+use super::http::{Endpoint, EventStream, finish_stream, key_header};
 use super::openai::decode_arguments;
 use super::provider::{ModelFuture, ModelLimits, ModelProvider, ReplyObserver};
 use super::sse::Event;
@@ -76,21 +76,18 @@ impl Default for AnthropicOptions {
 /// that assistant record; when that turn carries none, the request goes out with thinking
 /// disabled instead of being refused by the API.
 pub struct AnthropicProvider {
-    client: reqwest::Client,
-    url: String,
+    endpoint: Endpoint,
     api_key: Option<String>,
     options: AnthropicOptions,
-    limits: ModelLimits,
-    hint: String,
 }
 
 impl fmt::Debug for AnthropicProvider {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("AnthropicProvider")
-            .field("url", &self.url)
+            .field("url", &self.endpoint.url)
             .field("has_api_key", &self.api_key.is_some())
             .field("options", &self.options)
-            .field("limits", &self.limits)
+            .field("limits", &self.endpoint.limits)
             .finish_non_exhaustive()
     }
 }
@@ -107,18 +104,15 @@ impl AnthropicProvider {
         let base = base_url.trim_end_matches('/');
         let base = base.strip_suffix("/v1").unwrap_or(base);
         Ok(Self {
-            client: build_client()?,
-            url: format!("{base}/v1/messages"),
+            endpoint: Endpoint::new(format!("{base}/v1/messages"), limits)?,
             api_key,
             options,
-            limits,
-            hint: String::new(),
         })
     }
 
     /// What a transport failure's detail should suggest checking.
     pub fn with_hint(mut self, hint: impl Into<String>) -> Self {
-        self.hint = hint.into();
+        self.endpoint.hint = hint.into();
         self
     }
 
@@ -127,6 +121,7 @@ impl AnthropicProvider {
         request_body(request, &self.options)
     }
 
+    /// One round: this provider's headers and body, sent through the shared endpoint.
     async fn run(
         &self,
         request: &ChatRequest,
@@ -140,18 +135,15 @@ impl AnthropicProvider {
         if let Some(key) = &self.api_key {
             headers.insert(HeaderName::from_static("x-api-key"), key_header(key)?);
         }
-        let events = post_event_stream(
-            &self.client,
-            &self.url,
-            headers,
-            &self.request_body(request),
-            self.limits,
-            &self.hint,
-            whole_reply,
-            observer,
-        )
-        .await?;
-        read_stream(events, observer).await
+        self.endpoint
+            .round(
+                headers,
+                &self.request_body(request),
+                whole_reply,
+                observer,
+                read_stream,
+            )
+            .await
     }
 }
 
@@ -161,11 +153,7 @@ impl ModelProvider for AnthropicProvider {
         request: &'a ChatRequest,
         observer: &'a dyn ReplyObserver,
     ) -> ModelFuture<'a> {
-        Box::pin(async move {
-            tokio::time::timeout(self.limits.round_timeout, self.run(request, observer))
-                .await
-                .unwrap_or(Err(ModelError::Timeout))
-        })
+        Box::pin(self.run(request, observer))
     }
 }
 

@@ -8,6 +8,7 @@
 //! any decoding. SSE framing is our own linear-time parser (`sse.rs`: CRLF and CR line ends,
 //! events split across chunks, multi-line `data:`, comments, a leading BOM).
 
+use std::future::Future;
 use std::pin::Pin;
 
 use super::sse::{self, Event};
@@ -17,6 +18,7 @@ use tokio::time::timeout;
 
 use super::error::{ModelError, OversizeKind, classify_http_failure};
 use super::provider::{ModelLimits, ReplyObserver};
+use super::types::Reply;
 
 /// A boxed stream of decoded SSE events, failures already classified.
 pub(crate) type EventStream = Pin<Box<dyn Stream<Item = Result<Event, ModelError>> + Send>>;
@@ -73,6 +75,61 @@ pub(crate) fn key_header(text: &str) -> Result<HeaderValue, ModelError> {
     HeaderValue::from_str(text).map_err(|_| ModelError::Transport {
         detail: "the API key holds characters an HTTP header cannot carry".into(),
     })
+}
+
+/// Where a provider sends its rounds, and what every provider does with one: the HTTP client,
+/// the URL, the limits, and the hint a transport failure ends with.
+#[derive(Debug)]
+pub(crate) struct Endpoint {
+    pub(crate) client: reqwest::Client,
+    pub(crate) url: String,
+    pub(crate) limits: ModelLimits,
+    pub(crate) hint: String,
+}
+
+impl Endpoint {
+    /// An endpoint at `url` with a fresh client and no hint.
+    pub(crate) fn new(url: String, limits: ModelLimits) -> Result<Endpoint, ModelError> {
+        Ok(Endpoint {
+            client: build_client()?,
+            url,
+            limits,
+            hint: String::new(),
+        })
+    }
+
+    /// One streamed round: the POST of `body` with `headers` (retries and the receive
+    /// timeout in [`post_event_stream`]), then the provider's `read` over its events, the
+    /// whole under the round's deadline.
+    pub(crate) async fn round<'a, F>(
+        &self,
+        headers: HeaderMap,
+        body: &impl serde::Serialize,
+        whole: WholeReply,
+        observer: &'a dyn ReplyObserver,
+        read: impl FnOnce(EventStream, &'a dyn ReplyObserver) -> F,
+    ) -> Result<Reply, ModelError>
+    where
+        F: Future<Output = Result<Reply, ModelError>>,
+    {
+        let round = async {
+            let events = post_event_stream(
+                &self.client,
+                &self.url,
+                headers,
+                body,
+                self.limits,
+                &self.hint,
+                whole,
+                observer,
+            )
+            .await?;
+            read(events, observer).await
+        };
+        tokio::time::timeout(self.limits.round_timeout, round)
+            .await
+            .unwrap_or(Err(ModelError::Timeout))
+    }
 }
 
 /// POST `body` (encoded as JSON here) to `url` and return the reply as a stream of SSE events.

@@ -29,7 +29,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
 
 use super::error::{ModelError, classify_stream_error};
-use super::http::{EventStream, build_client, finish_stream, key_header, post_event_stream};
+use super::http::{Endpoint, EventStream, finish_stream, key_header};
 use super::provider::{ModelFuture, ModelLimits, ModelProvider, ReplyObserver};
 use super::sse::Event;
 use super::types::{
@@ -94,22 +94,19 @@ impl Default for OpenAiOptions {
 
 /// A provider speaking OpenAI-compatible chat completions.
 pub struct OpenAiProvider {
-    client: reqwest::Client,
-    url: String,
+    endpoint: Endpoint,
     api_key: Option<String>,
     options: OpenAiOptions,
-    limits: ModelLimits,
-    hint: String,
 }
 
 impl fmt::Debug for OpenAiProvider {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         // The key stays out of logs.
         f.debug_struct("OpenAiProvider")
-            .field("url", &self.url)
+            .field("url", &self.endpoint.url)
             .field("has_api_key", &self.api_key.is_some())
             .field("options", &self.options)
-            .field("limits", &self.limits)
+            .field("limits", &self.endpoint.limits)
             .finish_non_exhaustive()
     }
 }
@@ -124,19 +121,19 @@ impl OpenAiProvider {
         limits: ModelLimits,
     ) -> Result<Self, ModelError> {
         Ok(Self {
-            client: build_client()?,
-            url: format!("{}/chat/completions", base_url.trim_end_matches('/')),
+            endpoint: Endpoint::new(
+                format!("{}/chat/completions", base_url.trim_end_matches('/')),
+                limits,
+            )?,
             api_key,
             options,
-            limits,
-            hint: String::new(),
         })
     }
 
     /// What a transport failure's detail should suggest checking (the catalog names the
     /// setting the base URL came from).
     pub fn with_hint(mut self, hint: impl Into<String>) -> Self {
-        self.hint = hint.into();
+        self.endpoint.hint = hint.into();
         self
     }
 
@@ -145,6 +142,7 @@ impl OpenAiProvider {
         request_body(request, &self.options)
     }
 
+    /// One round: this provider's headers and body, sent through the shared endpoint.
     async fn run(
         &self,
         request: &ChatRequest,
@@ -154,18 +152,15 @@ impl OpenAiProvider {
         if let Some(key) = &self.api_key {
             headers.insert(AUTHORIZATION, key_header(&format!("Bearer {key}"))?);
         }
-        let events = post_event_stream(
-            &self.client,
-            &self.url,
-            headers,
-            &body(request, &self.options),
-            self.limits,
-            &self.hint,
-            whole_reply,
-            observer,
-        )
-        .await?;
-        read_stream(events, observer).await
+        self.endpoint
+            .round(
+                headers,
+                &body(request, &self.options),
+                whole_reply,
+                observer,
+                read_stream,
+            )
+            .await
     }
 }
 
@@ -175,11 +170,7 @@ impl ModelProvider for OpenAiProvider {
         request: &'a ChatRequest,
         observer: &'a dyn ReplyObserver,
     ) -> ModelFuture<'a> {
-        Box::pin(async move {
-            tokio::time::timeout(self.limits.round_timeout, self.run(request, observer))
-                .await
-                .unwrap_or(Err(ModelError::Timeout))
-        })
+        Box::pin(self.run(request, observer))
     }
 }
 
