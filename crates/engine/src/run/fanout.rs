@@ -2,15 +2,12 @@
 //! the results delivered in collection order. The fanout's own record lives in
 //! `crate::fanout`.
 
-use promptforge_lua::json::display_value;
 use promptforge_lua::vm::LuaFailure;
-use serde_json::{Value as Json, json};
+use serde_json::Value as Json;
 
 use super::Run;
 use super::dispatch::{Dispatch, Starter};
 use crate::events::{AbandonReason, Origin, TaskEnding};
-use crate::failure::{error_value_of, is_exhausted};
-use crate::fanout::{ArmEnd, Fanout};
 use crate::protocol::Answer;
 use crate::requests::lua_error;
 use crate::strand::{Entry, Seed, Start, Strand, TaskWait};
@@ -34,7 +31,7 @@ impl Run {
             return Dispatch::Answer(Answer::Value(Json::Array(Vec::new())));
         }
         let target = self.target_name(&start);
-        let id = self.take_fanout_id();
+        let id = self.fanouts.next_id();
         let mut arms = Vec::with_capacity(items.len());
         for (index, item) in items.iter().enumerate() {
             let arm = Start {
@@ -49,98 +46,41 @@ impl Run {
             };
             arms.push(self.spawn_task(s, arm, Origin::Author, target.clone(), Some((id, index))));
         }
-        let count = arms.len();
-        self.fanouts.insert(
-            id,
-            Fanout {
-                caller: s.id,
-                arms,
-                items,
-                ends: (0..count).map(|_| None).collect(),
-                remaining: count,
-                bytes: 0,
-            },
-        );
+        self.fanouts.open(id, s.id, arms, items);
         s.wait = Some(TaskWait::Fanout(id));
         Dispatch::Park
     }
 
-    /// An arm's chain ended. A failure other than round-cap exhaustion fails the fanout at
-    /// once; when every arm has ended, the caller gets the results.
+    /// An arm's chain ended: the fanout decides whether it settled; a settled fanout cancels
+    /// the live siblings of a failed arm, joins every arm into the caller (their results are
+    /// taken, so a later wait on an arm's id is `task_consumed`), and wakes the caller.
     pub(crate) fn arm_ended(&mut self, fanout: u64, index: usize, end: Result<String, LuaFailure>) {
-        let Some(fan) = self.fanouts.get_mut(&fanout) else {
+        let Some(settled) =
+            self.fanouts
+                .arm_ended(fanout, index, end, promptforge_lua::vm::MEMORY_LIMIT)
+        else {
             return;
         };
-        let failure = match end {
-            Ok(text) => {
-                fan.bytes = fan.bytes.saturating_add(text.len());
-                if fan.bytes > promptforge_lua::vm::MEMORY_LIMIT {
-                    // The caller could never hold them: fail as its VM would, at once.
-                    Some(LuaFailure::lua("not enough memory"))
-                } else {
-                    fan.ends[index] = Some(ArmEnd::Done(text));
-                    None
-                }
+        if settled.failed {
+            // Fail-fast: every live sibling is cancelled, unstarted arms never run.
+            for arm in &settled.arms {
+                self.stop_task(arm, TaskEnding::Cancelled);
             }
-            Err(failure) if is_exhausted(&failure) => {
-                fan.ends[index] = Some(ArmEnd::Exhausted);
-                None
-            }
-            Err(failure) => Some(failure),
-        };
-        fan.remaining = fan.remaining.saturating_sub(1);
-        if failure.is_none() && fan.remaining > 0 {
-            return;
         }
-        let Some(fan) = self.fanouts.remove(&fanout) else {
-            return;
-        };
-        let answer = match failure {
-            Some(failure) => {
-                // Fail-fast: every live sibling is cancelled, unstarted arms never run.
-                for arm in &fan.arms {
-                    self.stop_task(arm, TaskEnding::Cancelled);
-                }
-                Answer::Error(error_value_of(&failure))
-            }
-            None => Answer::Value(Json::Array(
-                fan.ends
-                    .iter()
-                    .zip(&fan.items)
-                    .map(|(end, item)| match end {
-                        Some(ArmEnd::Done(text)) => {
-                            json!({"ok": true, "exhausted": false, "text": text})
-                        }
-                        _ => json!({
-                            "ok": false,
-                            "exhausted": true,
-                            "text": format!(
-                                "## {}\n\nUNKNOWN\n\n(section incomplete: tool loop exhausted)",
-                                display_value(item)
-                            ),
-                        }),
-                    })
-                    .collect(),
-            )),
-        };
-        // Every arm is delivered (or cancelled): join them into the caller; their results
-        // are taken, so a later wait on an arm's id is `task_consumed`.
-        let caller = self.strands.get(&fan.caller).map(|c| c.claims);
-        for arm in &fan.arms {
+        let caller = self.strands.get(&settled.caller).map(|c| c.claims);
+        for arm in &settled.arms {
             if let Some(waiter) = caller {
                 self.deliver_claims(waiter, arm);
             }
             self.tasks.mark_delivered(arm);
         }
-        self.wake(fan.caller, answer);
+        self.wake(settled.caller, settled.answer);
     }
 
     /// Stop a fanout whose caller is being stopped: its live arms are abandoned.
     pub(crate) fn stop_fanout(&mut self, fanout: u64, reason: AbandonReason) {
-        if let Some(fan) = self.fanouts.remove(&fanout) {
-            for arm in &fan.arms {
-                self.stop_task(arm, TaskEnding::Abandoned(reason));
-            }
+        for arm in self.fanouts.stop(fanout) {
+            self.stop_task(&arm, TaskEnding::Abandoned(reason));
         }
     }
 }

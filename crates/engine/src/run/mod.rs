@@ -35,7 +35,7 @@ use crate::args::derive_argv;
 use crate::determinism::Claims;
 use crate::events::{AbandonReason, Event, EventKind, TaskEnding};
 use crate::failure::run_outcome;
-use crate::fanout::Fanout;
+use crate::fanout::Fanouts;
 use crate::ids::TaskId;
 use crate::outcome::{Outcome, RunError, RunErrorKind, first_step};
 use crate::prepare::{HostState, ThinkingCapability, bound_slots, requirements_notice};
@@ -172,8 +172,7 @@ pub struct Run {
     pub(crate) admission: Admission,
     admission_dirty: bool,
     pub(crate) tasks: Tasks,
-    pub(crate) fanouts: BTreeMap<u64, Fanout>,
-    next_fanout: u64,
+    pub(crate) fanouts: Fanouts,
     /// Where each effect was issued, when the context asks (`effect_sites`).
     pub(crate) sites: BTreeMap<EffectId, EffectSite>,
     /// The strand being advanced ahead of the committed order, while one is.
@@ -222,8 +221,7 @@ impl Run {
             admission,
             admission_dirty: false,
             tasks: Tasks::default(),
-            fanouts: BTreeMap::new(),
-            next_fanout: 0,
+            fanouts: Fanouts::default(),
             sites: BTreeMap::new(),
             ahead: None,
             ahead_events: Vec::new(),
@@ -473,12 +471,6 @@ impl Run {
     pub(crate) fn take_strand_id(&mut self) -> StrandId {
         let id = self.next_strand;
         self.next_strand += 1;
-        id
-    }
-
-    pub(crate) fn take_fanout_id(&mut self) -> u64 {
-        let id = self.next_fanout;
-        self.next_fanout += 1;
         id
     }
 
