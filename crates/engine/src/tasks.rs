@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use serde_json::Value as Json;
+use serde_json::{Value as Json, json};
 
 use crate::determinism::ChainRef;
 use crate::events::{Origin, TaskEnding};
@@ -78,6 +78,65 @@ pub(crate) struct Tasks {
 }
 
 impl Tasks {
+    /// The task `owner` (a chain's id) owns by the id `text`, or the `task_not_owned` refusal.
+    pub(crate) fn owned(&self, owner: Option<&TaskId>, text: &str) -> Result<TaskId, ErrorValue> {
+        TaskId::parse(text)
+            .filter(|id| {
+                self.records
+                    .get(id)
+                    .is_some_and(|r| Some(&r.owner) == owner)
+            })
+            .ok_or_else(|| not_owned(text))
+    }
+
+    /// The members of a wait, in order: each one `owner` owns, none whose result a wait has
+    /// taken (`task_consumed`), none abandoned (its owner ended: it never reaches a wait).
+    pub(crate) fn wait_members(
+        &self,
+        owner: Option<&TaskId>,
+        set: &[String],
+    ) -> Result<Vec<TaskId>, ErrorValue> {
+        let mut members = Vec::with_capacity(set.len());
+        for text in set {
+            let id = self.owned(owner, text)?;
+            match self.records.get(&id).map(|r| (r.state, r.delivered)) {
+                Some((TaskState::Done, true)) => return Err(consumed(&id)),
+                Some((TaskState::Abandoned, _)) => return Err(not_owned(text)),
+                _ => {}
+            }
+            members.push(id);
+        }
+        Ok(members)
+    }
+
+    /// Take an ended task's end for a waiter: `{task, ok, result}` or `{task, ok, error}`, and
+    /// whether the delivery joins the task's claims into the waiter's. A result is taken once;
+    /// a cancelled task holds no result, so every wait on it gets the same `cancelled` error.
+    pub(crate) fn take_end(&mut self, id: &TaskId) -> (Json, bool) {
+        let task = id.to_string();
+        let Some(record) = self.records.get_mut(id) else {
+            return (
+                json!({"task": task, "ok": false, "error": not_owned(&task)}),
+                false,
+            );
+        };
+        if record.state != TaskState::Done {
+            // A cancelled task holds no result, but its delivery still orders what it did.
+            return (
+                json!({"task": task, "ok": false, "error": cancelled(id)}),
+                true,
+            );
+        }
+        record.delivered = true;
+        record.settled = true;
+        let end = match record.held.take() {
+            Some(Held::Returned(text)) => json!({"task": task, "ok": true, "result": text}),
+            Some(Held::Failed(error)) => json!({"task": task, "ok": false, "error": error}),
+            None => json!({"task": task, "ok": true, "result": ""}),
+        };
+        (end, true)
+    }
+
     /// Live tasks, in id order.
     pub(crate) fn live(&self) -> impl Iterator<Item = (&TaskId, &TaskRecord)> {
         self.records
@@ -344,5 +403,111 @@ mod tests {
         assert!(!tasks.is_live(&id("0.0")));
         assert!(!tasks.is_pending(&id("0.0")));
         assert!(tasks.running(&[id("0.0")]).is_empty());
+    }
+}
+
+#[cfg(test)]
+mod registry_tests {
+    #![allow(clippy::unwrap_used)] // test code
+
+    use super::*;
+    use crate::determinism::Claims;
+
+    fn id(text: &str) -> TaskId {
+        TaskId::parse(text).unwrap()
+    }
+
+    /// A registry where chain `0` owns `0.0` (done, returned "r"), `0.1` (cancelled) and
+    /// `0.2` (abandoned), and chain `0.0` owns `0.0.0` (running).
+    fn registry() -> Tasks {
+        let mut claims = Claims::new();
+        let chain = claims.root("0");
+        let record = |owner: &str, state: TaskState, held: Option<Held>| TaskRecord {
+            strand: None,
+            owner: id(owner),
+            owner_strand: 0,
+            origin: Origin::Author,
+            target: Arc::from("Child"),
+            state,
+            ok: Some(state == TaskState::Done),
+            held,
+            delivered: false,
+            settled: false,
+            note: None,
+            turns: 0,
+            depth: 1,
+            claims: chain,
+            fanout: None,
+        };
+        let mut tasks = Tasks::default();
+        let returned = Some(Held::Returned("r".into()));
+        tasks
+            .records
+            .insert(id("0.0"), record("0", TaskState::Done, returned));
+        tasks
+            .records
+            .insert(id("0.1"), record("0", TaskState::Cancelled, None));
+        tasks
+            .records
+            .insert(id("0.2"), record("0", TaskState::Abandoned, None));
+        tasks
+            .records
+            .insert(id("0.0.0"), record("0.0", TaskState::Running, None));
+        tasks
+    }
+
+    #[test]
+    fn only_the_owner_reads_a_task() {
+        let tasks = registry();
+        let owner = id("0");
+        assert_eq!(tasks.owned(Some(&owner), "0.0").unwrap(), id("0.0"));
+        assert_eq!(
+            tasks.owned(Some(&owner), "0.0.0").unwrap_err().kind,
+            "task_not_owned"
+        );
+        assert_eq!(tasks.owned(None, "0.0").unwrap_err().kind, "task_not_owned");
+        assert_eq!(
+            tasks.owned(Some(&owner), "not an id").unwrap_err().kind,
+            "task_not_owned"
+        );
+    }
+
+    #[test]
+    fn a_result_is_taken_once_and_a_cancelled_task_always_says_so() {
+        let mut tasks = registry();
+        let owner = id("0");
+        let (end, deliver) = tasks.take_end(&id("0.0"));
+        assert_eq!(end, json!({"task": "0.0", "ok": true, "result": "r"}));
+        assert!(deliver);
+        assert!(tasks.records[&id("0.0")].delivered && tasks.records[&id("0.0")].settled);
+        // A second wait on a delivered task is refused before it waits.
+        let err = tasks
+            .wait_members(Some(&owner), &["0.0".to_owned()])
+            .unwrap_err();
+        assert_eq!(err.kind, "task_consumed");
+        for _ in 0..2 {
+            let (end, deliver) = tasks.take_end(&id("0.1"));
+            assert_eq!(end["error"]["kind"], "cancelled");
+            assert!(deliver);
+        }
+        let (end, deliver) = tasks.take_end(&id("9.9"));
+        assert_eq!(end["error"]["kind"], "task_not_owned");
+        assert!(!deliver);
+    }
+
+    #[test]
+    fn an_abandoned_task_never_reaches_a_wait() {
+        let tasks = registry();
+        let owner = id("0");
+        let err = tasks
+            .wait_members(Some(&owner), &["0.1".to_owned(), "0.2".to_owned()])
+            .unwrap_err();
+        assert_eq!(err.kind, "task_not_owned");
+        assert_eq!(
+            tasks
+                .wait_members(Some(&owner), &["0.1".to_owned(), "0.1".to_owned()])
+                .unwrap(),
+            [id("0.1"), id("0.1")]
+        );
     }
 }

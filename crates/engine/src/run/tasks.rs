@@ -21,8 +21,7 @@ use crate::protocol::{Answer, Effect, ErrorValue};
 use crate::requests::lua_error;
 use crate::strand::{Chain, Entry, Notice, Seed, Slot, Start, Strand, StrandId, TaskWait};
 use crate::tasks::{
-    Held, StatusView, TaskRecord, TaskState, await_expired, cancelled, committed_activity,
-    consumed, not_owned, tasks_live,
+    Held, StatusView, TaskRecord, TaskState, await_expired, committed_activity, tasks_live,
 };
 
 impl Run {
@@ -251,15 +250,7 @@ impl Run {
 
     /// A task the strand's top chain owns, or the `task_not_owned` refusal.
     fn owned_by(&self, s: &Strand, text: &str) -> Result<TaskId, ErrorValue> {
-        let owner = s.top().map(|c| &c.id);
-        TaskId::parse(text)
-            .filter(|id| {
-                self.tasks
-                    .records
-                    .get(id)
-                    .is_some_and(|r| Some(&r.owner) == owner)
-            })
-            .ok_or_else(|| not_owned(text))
+        self.tasks.owned(s.top().map(|c| &c.id), text)
     }
 
     /// A task the chain owns, or the task the code runs inside (a task may read itself).
@@ -427,25 +418,10 @@ impl Run {
         set: &[String],
         timeout: Option<f64>,
     ) -> Dispatch {
-        let mut members = Vec::new();
-        for text in set {
-            let text = text.as_str();
-            let id = match self.owned_by(s, text) {
-                Ok(id) => id,
-                Err(error) => return Dispatch::Answer(Answer::Error(error)),
-            };
-            match self.tasks.records.get(&id).map(|r| (r.state, r.delivered)) {
-                Some((TaskState::Done, true)) => {
-                    return Dispatch::Answer(Answer::Error(consumed(&id)));
-                }
-                // An abandoned task's owner has ended: it never reaches a wait.
-                Some((TaskState::Abandoned, _)) => {
-                    return Dispatch::Answer(Answer::Error(not_owned(text)));
-                }
-                _ => {}
-            }
-            members.push(id);
-        }
+        let members = match self.tasks.wait_members(s.top().map(|c| &c.id), set) {
+            Ok(members) => members,
+            Err(error) => return Dispatch::Answer(Answer::Error(error)),
+        };
         // Every timed wait takes one child index, even one answered at once (the chapter's
         // only exceptions: no timeout, and refused options, which never get here).
         if timeout.is_some()
@@ -478,28 +454,14 @@ impl Run {
         Dispatch::Park
     }
 
-    /// Deliver one ended task to a waiter: `{task, ok, result}` or `{task, ok, error}`. A
-    /// result is taken once (and the delivery joins the task's claims); a cancelled task holds
-    /// no result, so every wait on it gets the same `cancelled` error.
+    /// Deliver one ended task to a waiter (see [`Tasks::take_end`]), joining what it did
+    /// into the waiter's claims.
     fn take_end(&mut self, waiter: ChainRef, id: &TaskId) -> Json {
-        let task = id.to_string();
-        let Some(record) = self.tasks.records.get_mut(id) else {
-            return json!({"task": task, "ok": false, "error": not_owned(&task)});
-        };
-        if record.state != TaskState::Done {
-            // A cancelled task holds no result, but its delivery still orders what it did.
+        let (end, deliver) = self.tasks.take_end(id);
+        if deliver {
             self.deliver_claims(waiter, id);
-            return json!({"task": task, "ok": false, "error": cancelled(id)});
         }
-        record.delivered = true;
-        record.settled = true;
-        let held = record.held.take();
-        self.deliver_claims(waiter, id);
-        match held {
-            Some(Held::Returned(text)) => json!({"task": task, "ok": true, "result": text}),
-            Some(Held::Failed(error)) => json!({"task": task, "ok": false, "error": error}),
-            None => json!({"task": task, "ok": true, "result": ""}),
-        }
+        end
     }
 
     /// A `tasks.join` answer: every ended member delivered once (filling each position it
