@@ -20,12 +20,14 @@
 //! `usage`. A stream that ends with neither `[DONE]` nor a finish reason is truncated.
 
 use std::fmt;
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, Weak};
 
 use futures_util::StreamExt;
 use reqwest::header::{AUTHORIZATION, HeaderMap};
 use serde::ser::{SerializeMap, Serializer};
 use serde::{Deserialize, Serialize};
+use serde_json::value::RawValue;
 use serde_json::{Map, Value, json};
 
 use super::error::{ModelError, classify_stream_error};
@@ -97,6 +99,8 @@ pub struct OpenAiProvider {
     endpoint: Endpoint,
     api_key: Option<String>,
     options: OpenAiOptions,
+    /// The records' wire forms, shared by every round this provider sends.
+    wire: Mutex<WireCache>,
 }
 
 impl fmt::Debug for OpenAiProvider {
@@ -127,6 +131,7 @@ impl OpenAiProvider {
             )?,
             api_key,
             options,
+            wire: Mutex::new(WireCache::default()),
         })
     }
 
@@ -152,10 +157,15 @@ impl OpenAiProvider {
         if let Some(key) = &self.api_key {
             headers.insert(AUTHORIZATION, key_header(&format!("Bearer {key}"))?);
         }
+        let wire = self
+            .wire
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .wire(&request.messages)?;
         self.endpoint
             .round(
                 headers,
-                &body(request, &self.options),
+                &body(request, &self.options, wire),
                 whole_reply,
                 observer,
                 read_stream,
@@ -261,29 +271,64 @@ impl Serialize for WireFunction<'_> {
     }
 }
 
-/// The records of a round, in order.
-struct WireMessages<'a>(&'a [Arc<Message>]);
+/// Each record's wire form, kept while the record lives. A conversation's records reach the
+/// provider round after round as the same shared records (`Arc`), so each is written once
+/// and later rounds copy its bytes. An entry is keyed by the record's address and holds a
+/// weak handle to it, so a new record at a freed address is never taken for the old one.
+#[derive(Debug, Default)]
+struct WireCache {
+    entries: HashMap<usize, (Weak<Message>, Arc<RawValue>)>,
+}
 
-impl Serialize for WireMessages<'_> {
-    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        serializer.collect_seq(self.0.iter().map(|m| WireMessage(m)))
+impl WireCache {
+    /// The wire form of every record, in order, written for the ones not seen before; entries
+    /// of records no longer alive are dropped.
+    fn wire(&mut self, messages: &[Arc<Message>]) -> Result<Vec<Arc<RawValue>>, ModelError> {
+        let mut wire = Vec::with_capacity(messages.len());
+        for message in messages {
+            let key = Arc::as_ptr(message) as usize;
+            let known = self.entries.get(&key).and_then(|(weak, raw)| {
+                weak.upgrade()
+                    .filter(|alive| Arc::ptr_eq(alive, message))
+                    .map(|_| raw.clone())
+            });
+            let raw = match known {
+                Some(raw) => raw,
+                None => {
+                    let text = serde_json::to_string(&WireMessage(message)).map_err(|e| {
+                        ModelError::malformed(format!("could not encode the request: {e}"))
+                    })?;
+                    let raw: Arc<RawValue> = RawValue::from_string(text)
+                        .map_err(|e| {
+                            ModelError::malformed(format!("could not encode the request: {e}"))
+                        })?
+                        .into();
+                    self.entries
+                        .insert(key, (Arc::downgrade(message), raw.clone()));
+                    raw
+                }
+            };
+            wire.push(raw);
+        }
+        self.entries.retain(|_, (weak, _)| weak.strong_count() > 0);
+        Ok(wire)
     }
 }
 
 /// A round's chat-completions body: the request's settings as a small JSON object, and the
-/// records written straight from the request when the body is serialized.
-struct Body<'a> {
+/// records' wire forms, copied as they are.
+struct Body {
     head: Map<String, Value>,
-    messages: &'a [Arc<Message>],
+    messages: Vec<Arc<RawValue>>,
 }
 
-impl Serialize for Body<'_> {
+impl Serialize for Body {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
         let mut map = serializer.serialize_map(Some(self.head.len() + 1))?;
         for (key, value) in &self.head {
             map.serialize_entry(key, value)?;
         }
-        map.serialize_entry("messages", &WireMessages(self.messages))?;
+        map.serialize_entry("messages", &self.messages)?;
         map.end()
     }
 }
@@ -291,11 +336,17 @@ impl Serialize for Body<'_> {
 /// The chat-completions body for `request`, as JSON (for inspection and tests; a round sends
 /// [`body`]'s serialization).
 fn request_body(request: &ChatRequest, options: &OpenAiOptions) -> Value {
-    serde_json::to_value(body(request, options)).unwrap_or(Value::Null)
+    WireCache::default()
+        .wire(&request.messages)
+        .and_then(|wire| {
+            serde_json::to_value(body(request, options, wire))
+                .map_err(|e| ModelError::malformed(e.to_string()))
+        })
+        .unwrap_or(Value::Null)
 }
 
 /// The chat-completions body for `request`.
-fn body<'a>(request: &'a ChatRequest, options: &OpenAiOptions) -> Body<'a> {
+fn body(request: &ChatRequest, options: &OpenAiOptions, messages: Vec<Arc<RawValue>>) -> Body {
     let mut body = Map::new();
     body.insert("model".into(), request.model.clone().into());
     if !request.tools.is_empty() {
@@ -348,7 +399,7 @@ fn body<'a>(request: &'a ChatRequest, options: &OpenAiOptions) -> Body<'a> {
     }
     Body {
         head: body,
-        messages: &request.messages,
+        messages,
     }
 }
 
