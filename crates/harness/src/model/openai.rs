@@ -19,8 +19,8 @@
 //! finish reason comes from `choices[0].finish_reason` and usage from the chunk that carries
 //! `usage`. A stream that ends with neither `[DONE]` nor a finish reason is truncated.
 
-use std::fmt;
 use std::collections::HashMap;
+use std::fmt;
 use std::sync::{Arc, Mutex, Weak};
 
 use futures_util::StreamExt;
@@ -732,6 +732,26 @@ mod tests {
             thinking,
             include_usage: true,
         }
+    }
+
+    /// A record sent again is written once; its wire form is what a fresh encoding gives; a
+    /// record no longer alive leaves the cache.
+    #[test]
+    fn the_wire_cache_writes_a_record_once_and_forgets_dead_ones() {
+        let kept = Arc::new(Message::user("kept"));
+        let gone = Arc::new(Message::tool("c1", "result"));
+        let mut cache = WireCache::default();
+        let first = cache.wire(&[kept.clone(), gone.clone()]).unwrap();
+        let again = cache.wire(&[kept.clone()]).unwrap();
+        assert!(Arc::ptr_eq(&first[0], &again[0]), "written again");
+        assert_eq!(
+            first[1].get(),
+            serde_json::to_string(&WireMessage(&gone)).unwrap()
+        );
+        drop(first);
+        drop(gone);
+        cache.wire(&[kept]).unwrap();
+        assert_eq!(cache.entries.len(), 1);
     }
 
     #[test]
