@@ -742,7 +742,7 @@ mod tests {
         let gone = Arc::new(Message::tool("c1", "result"));
         let mut cache = WireCache::default();
         let first = cache.wire(&[kept.clone(), gone.clone()]).unwrap();
-        let again = cache.wire(&[kept.clone()]).unwrap();
+        let again = cache.wire(std::slice::from_ref(&kept)).unwrap();
         assert!(Arc::ptr_eq(&first[0], &again[0]), "written again");
         assert_eq!(
             first[1].get(),
