@@ -21,6 +21,8 @@ pub(crate) fn store_op(call: &StoreCall) -> Result<StoreOp, Answer> {
                 ("nil", _) => BoundArg::Nil,
                 ("integer", Some(v)) => v.as_i64().map_or(BoundArg::Nil, BoundArg::Integer),
                 ("number", Some(v)) => v.as_f64().map_or(BoundArg::Nil, BoundArg::Number),
+                // A float JSON cannot carry (infinite, NaN) is a number that is no integer.
+                ("number", None) => BoundArg::Number(f64::NAN),
                 (other, _) => BoundArg::Other(match other {
                     "string" => "string",
                     "boolean" => "boolean",

@@ -182,6 +182,20 @@ mod tests {
         );
     }
 
+    /// A line bound no JSON number can carry is refused at the call like any non-integer
+    /// number, a catchable error, and never reaches the store.
+    #[test]
+    fn a_bound_that_is_not_finite_is_refused_at_the_call() {
+        let (_, t) = driven(
+            "## Main\n\n```lua\nlocal ok1, e1 = pcall(store.read, 'f', 1, math.huge)\nlocal ok2, e2 = pcall(store.read_numbered, 'f', 0/0)\nreturn tostring(e1) .. ' | ' .. tostring(e2)\n```\n",
+        );
+        assert_eq!(
+            t.result(),
+            "end must be an integer, got number | start must be an integer, got number"
+        );
+        assert!(t.effects.is_empty());
+    }
+
     /// Store calls become store effects after their claims; a bad path is refused at the call
     /// with a store error and claims nothing.
     #[test]

@@ -22,8 +22,11 @@ local function store_text(fname, index, name, v)
   return v
 end
 
--- Line bounds travel with their Lua types; the Engine checks them.
+-- Line bounds travel with their Lua types; the Engine checks them. A float that is not finite
+-- (no JSON number can carry it) travels as its type alone: the Engine refuses it as the
+-- non-integer number it is.
 local function bound(v)
+  if math_type(v) == 'float' and v - v ~= 0 then return { type = 'number' } end
   return { value = math_type(v) and v or nil, type = arg_type(v) }
 end
 
