@@ -30,6 +30,7 @@ pub mod run;
 mod scheduler;
 mod strand;
 mod tasks;
+mod visible;
 pub mod when;
 
 pub use events::{AbandonReason, Event, EventKind, Origin, TaskEnding};

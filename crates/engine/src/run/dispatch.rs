@@ -104,7 +104,7 @@ impl Run {
         let top = s
             .top()
             .ok_or("internal invariant violated: a strand has no chain")?;
-        let section = self.resolve(entry.place, target)?;
+        let section = crate::visible::resolve(&self.prompt, entry.place, target)?;
         if starter != Starter::Call
             && let Some(found) = self.prompt.section(section)
             && found.items.is_some()

@@ -5,11 +5,8 @@
 
 use std::sync::Arc;
 
-use promptforge_lua::vm::{
-    ArgvMode, BlockStep, FailureKind, LuaFailure, SectionVm, VisibleSet, VmConfig,
-};
-use promptforge_syntax::heading_ref::parse_heading_ref;
-use promptforge_syntax::{Block, SectionId};
+use promptforge_lua::vm::{ArgvMode, BlockStep, FailureKind, LuaFailure, SectionVm, VmConfig};
+use promptforge_syntax::Block;
 use serde_json::{Map, Value as Json};
 
 use crate::events::{AbandonReason, EventKind};
@@ -18,6 +15,7 @@ use crate::ids::TaskId;
 use crate::protocol::{Answer, ErrorValue};
 use crate::run::{Progress, Run, StrandEnd, fnv1a};
 use crate::strand::{Chain, Entry, Level, Place, Stage, Start, Strand, Wait};
+use crate::visible;
 
 impl Run {
     /// Do one unit of work on the strand's top chain.
@@ -61,8 +59,7 @@ impl Run {
         seeded: bool,
     ) -> Chain {
         let section = self.prompt.section(start.section).and_then(|x| x.parent);
-        let next = self
-            .siblings(section)
+        let next = visible::siblings(&self.prompt, section)
             .iter()
             .position(|x| *x == start.section)
             .unwrap_or(0);
@@ -84,72 +81,6 @@ impl Run {
             owned: Vec::new(),
             carried: None,
         }
-    }
-
-    /// The sibling list under `parent` (the top level for `None`).
-    pub(crate) fn siblings(&self, parent: Option<SectionId>) -> &[SectionId] {
-        match parent {
-            Some(parent) => self
-                .prompt
-                .section(parent)
-                .map_or(&[][..], |p| p.children.as_slice()),
-            None => &self.prompt.top_level,
-        }
-    }
-
-    /// The sibling list a section belongs to (itself included).
-    fn siblings_of(&self, id: SectionId) -> &[SectionId] {
-        self.siblings(self.prompt.section(id).and_then(|s| s.parent))
-    }
-
-    fn section_ids_visible_from(&self, place: Place) -> Vec<SectionId> {
-        match place {
-            Place::H1 => self.prompt.top_level.clone(),
-            Place::Section(id) => {
-                let Some(section) = self.prompt.section(id) else {
-                    return Vec::new();
-                };
-                self.siblings_of(id)
-                    .iter()
-                    .filter(|s| **s != id)
-                    .chain(section.children.iter())
-                    .copied()
-                    .collect()
-            }
-        }
-    }
-
-    /// The visible set an entry's VM gets: a shared handle, resolved only if it is read.
-    fn visible_from(&self, place: Place) -> VisibleSet {
-        VisibleSet::Prompt {
-            prompt: self.prompt.clone(),
-            place: match place {
-                Place::H1 => None,
-                Place::Section(id) => Some(id),
-            },
-        }
-    }
-
-    /// Resolve a heading reference against the sections visible from `place`.
-    pub(crate) fn resolve(&self, place: Place, target: &str) -> Result<SectionId, String> {
-        let reference = parse_heading_ref(target).map_err(|e| e.to_string())?;
-        let visible = self.section_ids_visible_from(place);
-        visible
-            .iter()
-            .copied()
-            .find(|id| {
-                self.prompt.section(*id).is_some_and(|s| {
-                    usize::from(s.level) == reference.level && s.name == reference.name
-                })
-            })
-            .ok_or_else(|| {
-                let list = visible
-                    .iter()
-                    .filter_map(|id| self.prompt.section(*id).map(|s| s.heading_ref()))
-                    .collect::<Vec<_>>()
-                    .join(", ");
-                format!("section heading `{reference}` not found; available sections: {list}")
-            })
     }
 
     fn sys_fields(&self, name: &str, id: &str, task_id: &TaskId, index: Option<i64>) -> Json {
@@ -202,7 +133,7 @@ impl Run {
             sys: self.sys_fields(&name, id, &s.task, seed.index),
             item: seed.item,
             snapshot: self.ctx.snapshot.clone(),
-            visible: self.visible_from(place),
+            visible: visible::visible_set(&self.prompt, place),
             log_events: self.ctx.log_events,
             cancel: self.ctx.cancel.clone(),
             region_labels: self.labels.clone(),
@@ -254,7 +185,7 @@ impl Run {
             };
             let parent = level.parent;
             let next = level.next;
-            match self.siblings(parent).get(next) {
+            match visible::siblings(&self.prompt, parent).get(next) {
                 Some(&id) => {
                     level.next += 1;
                     break id;
@@ -291,16 +222,6 @@ impl Run {
                 self.teardown(&s.task, &name);
                 self.chain_failed(s, Place::Section(id), failure, true)
             }
-        }
-    }
-
-    fn blocks_of(&self, place: Place) -> &[Block] {
-        match place {
-            Place::H1 => &self.prompt.h1_blocks,
-            Place::Section(id) => self
-                .prompt
-                .section(id)
-                .map_or(&[][..], |s| s.blocks.as_slice()),
         }
     }
 
@@ -494,8 +415,7 @@ impl Run {
     }
 
     fn block_succeeded(&mut self, task: &TaskId, entry: &Entry) {
-        let label = self
-            .blocks_of(entry.place)
+        let label = visible::blocks_of(&self.prompt, entry.place)
             .get(entry.next_block.saturating_sub(1))
             .and_then(Block::as_lua)
             .map(|r| r.label.clone())
@@ -636,7 +556,7 @@ impl Run {
     /// top-level section) continues the walk there; a direct child starts a child walk whose
     /// end resumes the parent level after the jumper. A bad target fails with `Lua`.
     fn apply_jump(&mut self, s: &mut Strand, place: Place, target: &str) -> Progress {
-        let id = match self.resolve(place, target) {
+        let id = match visible::resolve(&self.prompt, place, target) {
             Ok(id) => id,
             Err(message) => {
                 let failure = engine_failure(ErrorValue::lua(message));
@@ -651,8 +571,7 @@ impl Run {
             .and_then(|f| self.prompt.section(f))
             .is_some_and(|x| x.children.contains(&id));
         let parent = self.prompt.section(id).and_then(|x| x.parent);
-        let index = self
-            .siblings(parent)
+        let index = visible::siblings(&self.prompt, parent)
             .iter()
             .position(|x| *x == id)
             .unwrap_or(0);
