@@ -60,7 +60,7 @@ pub enum Message {
         /// Reasoning blocks to replay with this turn. Only the Anthropic provider sends them,
         /// and only blocks that carry a signature (or redacted data): Anthropic requires the
         /// signed thinking of a tool-use turn when thinking is on. The engine may leave this
-        /// empty; see [`AnthropicProvider`](super::AnthropicProvider) for what happens then.
+        /// empty; the Harness's Anthropic provider documents what happens then.
         #[serde(default, skip_serializing_if = "Vec::is_empty")]
         reasoning: Vec<ReasoningBlock>,
     },
