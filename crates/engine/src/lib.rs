@@ -17,6 +17,7 @@ pub(crate) mod driver;
 
 pub mod args;
 pub mod determinism;
+mod entry;
 pub mod events;
 mod failure;
 mod fanout;

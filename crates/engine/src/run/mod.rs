@@ -26,13 +26,13 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use promptforge_lua::models::{ModelDesc, ModelsState, RoleDesc, ThinkingMode};
-use promptforge_lua::untrusted::nonce_for_run;
 use promptforge_lua::vm::{BoundTool, DEFAULT_LOG_EVENTS};
 use promptforge_syntax::Prompt;
 use serde_json::{Map, Value as Json};
 
 use crate::args::derive_argv;
 use crate::determinism::Claims;
+use crate::entry::EntrySetup;
 use crate::events::{AbandonReason, Event, EventKind, TaskEnding};
 use crate::failure::run_outcome;
 use crate::fanout::Fanouts;
@@ -46,7 +46,6 @@ use crate::strand::{
     Wait,
 };
 use crate::tasks::Tasks;
-use crate::when::render_when;
 
 /// What the Host gives a run when it creates it.
 #[derive(Debug, Clone)]
@@ -150,18 +149,11 @@ pub struct Run {
     pub(crate) events: Vec<Event>,
     /// The run's input as the H1 pass starts (derived from `args`).
     argv: Arc<Json>,
-    pub(crate) when: String,
-    pub(crate) labels: Arc<[String]>,
-    /// Run-wide model roles, the current model and the prompt-wide default.
-    pub(crate) models: Rc<RefCell<ModelsState>>,
+    /// What every section entry's VM gets from the run (`sys.when`, the model state, the
+    /// nonce, the bound tools, the input prelude, ...).
+    pub(crate) setup: EntrySetup,
     /// The happens-before checker over store claims.
     pub(crate) claims: Claims,
-    /// The run's nonce for `untrusted` envelopes.
-    pub(crate) nonce: String,
-    /// The bound tool slots (filled at prepare).
-    pub(crate) bound_tools: Arc<[BoundTool]>,
-    /// The `promptforge/user-input` prelude: `Some(connected)` when declared and provided.
-    pub(crate) input_plugin: Option<bool>,
     /// Every live strand but the one being advanced.
     pub(crate) strands: BTreeMap<StrandId, Box<Strand>>,
     next_strand: StrandId,
@@ -193,10 +185,8 @@ impl Run {
     pub fn new(prompt: Arc<Prompt>, ctx: RunContext) -> Run {
         let args = ctx.args.clone().unwrap_or_default();
         let argv = Arc::new(derive_argv(&prompt.frontmatter.args, &args));
-        let labels: Arc<[String]> = prompt.lua_regions().map(|r| r.label.clone()).collect();
-        let when = render_when(ctx.start_ms);
         let models = Rc::new(RefCell::new(models_state(&prompt, &ctx)));
-        let nonce = nonce_for_run(ctx.seed);
+        let setup = EntrySetup::new(&prompt, &ctx, models);
         let admission = Admission::new(ctx.concurrency);
         let effects = Effects::new(ctx.host.live_operator);
         Run {
@@ -206,13 +196,8 @@ impl Run {
             outcome: None,
             events: Vec::new(),
             argv,
-            when,
-            labels,
-            models,
+            setup,
             claims: Claims::new(),
-            nonce,
-            bound_tools: Arc::from(Vec::new()),
-            input_plugin: None,
             strands: BTreeMap::new(),
             next_strand: MAIN,
             next_seq: 0,
@@ -375,7 +360,7 @@ impl Run {
             self.fail(RunErrorKind::RequirementsUnmet, notice);
             return;
         }
-        self.bound_tools = bound_slots(&self.prompt.frontmatter, &self.ctx.host)
+        self.setup.bound_tools = bound_slots(&self.prompt.frontmatter, &self.ctx.host)
             .into_iter()
             .map(|(alias, path, tool)| BoundTool {
                 alias,
@@ -386,9 +371,9 @@ impl Run {
                 untrusted: tool.untrusted,
             })
             .collect();
-        self.input_plugin = self.find_input_plugin();
+        self.setup.input_plugin = self.find_input_plugin();
         // A Plugin's prelude global may not be bound by the frontmatter as well.
-        if self.input_plugin.is_some() {
+        if self.setup.input_plugin.is_some() {
             let fm = &self.prompt.frontmatter;
             if fm.tool(INPUT_GLOBAL).is_some() || fm.role(INPUT_GLOBAL).is_some() {
                 self.fail(
@@ -709,14 +694,14 @@ impl Run {
             }
         }
         self.ahead = Some(id);
-        self.models.borrow_mut().ahead = true;
+        self.setup.models.borrow_mut().ahead = true;
         let progress = loop {
             match self.advance_top(&mut strand) {
                 Progress::Continue if self.outcome.is_none() => {}
                 other => break other,
             }
         };
-        self.models.borrow_mut().ahead = false;
+        self.setup.models.borrow_mut().ahead = false;
         self.ahead = None;
         let events = std::mem::take(&mut self.ahead_events);
         let issued = std::mem::take(&mut self.ahead_issued);
@@ -1036,14 +1021,4 @@ fn view_of(strand: &Strand) -> View {
             .map(|c| c.entry.as_ref().map(|e| e.name.clone()))
             .collect(),
     }
-}
-
-/// A small, stable hash (FNV-1a) for deriving per-entry seeds from entry ids.
-pub(crate) fn fnv1a(bytes: &[u8]) -> u64 {
-    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
-    for b in bytes {
-        hash ^= u64::from(*b);
-        hash = hash.wrapping_mul(0x0000_0100_0000_01b3);
-    }
-    hash
 }

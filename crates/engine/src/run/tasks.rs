@@ -143,7 +143,10 @@ impl Run {
             let head = format!("Task id={id} (## {target})");
             let text = match &held {
                 Held::Returned(result) => {
-                    format!("{head} completed: {}", untrusted::wrap(result, &self.nonce))
+                    format!(
+                        "{head} completed: {}",
+                        untrusted::wrap(result, &self.setup.nonce)
+                    )
                 }
                 Held::Failed(error) => format!("{head} failed: {}", error.message),
             };

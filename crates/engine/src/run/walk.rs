@@ -5,15 +5,16 @@
 
 use std::sync::Arc;
 
-use promptforge_lua::vm::{ArgvMode, BlockStep, FailureKind, LuaFailure, SectionVm, VmConfig};
+use promptforge_lua::vm::{ArgvMode, BlockStep, FailureKind, LuaFailure, SectionVm};
 use promptforge_syntax::Block;
-use serde_json::{Map, Value as Json};
+use serde_json::Value as Json;
 
+use crate::entry::EntryStart;
 use crate::events::{AbandonReason, EventKind};
 use crate::failure::{engine_failure, error_value_of, internal_failure, is_exhausted};
 use crate::ids::TaskId;
 use crate::protocol::{Answer, ErrorValue};
-use crate::run::{Progress, Run, StrandEnd, fnv1a};
+use crate::run::{Progress, Run, StrandEnd};
 use crate::strand::{Chain, Entry, Level, Place, Stage, Start, Strand, Wait};
 use crate::visible;
 
@@ -83,23 +84,6 @@ impl Run {
         }
     }
 
-    fn sys_fields(&self, name: &str, id: &str, task_id: &TaskId, index: Option<i64>) -> Json {
-        let mut sys = Map::new();
-        sys.insert("when".into(), Json::String(self.when.clone()));
-        sys.insert("id".into(), Json::String(id.to_owned()));
-        sys.insert("taskid".into(), Json::String(task_id.to_string()));
-        if let Some(index) = index {
-            sys.insert("index".into(), Json::from(index));
-        }
-        sys.insert("section_name".into(), Json::String(name.to_owned()));
-        sys.insert("execution".into(), Json::String(self.ctx.execution.clone()));
-        sys.insert(
-            "section_count".into(),
-            Json::from(self.prompt.top_level.len()),
-        );
-        Json::Object(sys)
-    }
-
     /// Build a section VM for the strand's top chain (its shared library replay then runs as
     /// the entry's first stage).
     pub(crate) fn new_entry(
@@ -125,31 +109,17 @@ impl Run {
             Default::default()
         };
         let carried = chain.carried.as_ref().map(|c| (c.0.clone(), c.1.clone()));
-        let cfg = VmConfig {
-            section_name: name.clone(),
+        let cfg = self.setup.vm_config(EntryStart {
+            place,
+            name: &name,
+            id,
+            task: &s.task,
             args: chain.args.to_string(),
             argv,
             var: chain.var.clone(),
-            sys: self.sys_fields(&name, id, &s.task, seed.index),
-            item: seed.item,
-            snapshot: self.ctx.snapshot.clone(),
-            visible: visible::visible_set(&self.prompt, place),
-            log_events: self.ctx.log_events,
-            cancel: self.ctx.cancel.clone(),
-            region_labels: self.labels.clone(),
-            random_seed: self.ctx.seed ^ fnv1a(id.as_bytes()),
-            models: self.models.clone(),
-            round_cap: self
-                .prompt
-                .frontmatter
-                .max_tool_iterations
-                .unwrap_or(self.ctx.round_cap),
-            nonce: self.nonce.clone(),
-            input_plugin: self.input_plugin,
-            bound_tools: self.bound_tools.clone(),
+            seed,
             model_tasks: carried.as_ref().is_some_and(|c| !c.0.is_empty()),
-            call_sites: self.ctx.effect_sites,
-        };
+        });
         let vm = SectionVm::new(cfg)?;
         self.event(
             &s.task,
