@@ -99,7 +99,7 @@ impl Endpoint {
     }
 
     /// One streamed round: the POST of `body` with `headers` (retries and the receive
-    /// timeout in [`post_event_stream`]), then the provider's `read` over its events, the
+    /// timeout in [`Endpoint::post`]), then the provider's `read` over its events, the
     /// whole under the round's deadline.
     pub(crate) async fn round<'a, F>(
         &self,
@@ -113,17 +113,7 @@ impl Endpoint {
         F: Future<Output = Result<Reply, ModelError>>,
     {
         let round = async {
-            let events = post_event_stream(
-                &self.client,
-                &self.url,
-                headers,
-                body,
-                self.limits,
-                &self.hint,
-                whole,
-                observer,
-            )
-            .await?;
+            let events = self.post(headers, body, whole, observer).await?;
             read(events, observer).await
         };
         tokio::time::timeout(self.limits.round_timeout, round)
@@ -132,120 +122,127 @@ impl Endpoint {
     }
 }
 
-/// POST `body` (encoded as JSON here) to `url` and return the reply as a stream of SSE events.
-///
-/// Waits at most `limits.receive_timeout` for the headers. A non-success status is read
-/// (capped, under the same timeout) and classified; a success reply becomes an event stream
-/// whose every chunk is awaited under the timeout and counted against the cap. `hint` is
-/// appended to transport failure details (what to check or set when the endpoint is down).
-#[allow(clippy::too_many_arguments)] // one call site per provider; a struct would only rename them
-pub(crate) async fn post_event_stream(
-    client: &reqwest::Client,
-    url: &str,
-    headers: HeaderMap,
-    body: &impl serde::Serialize,
-    limits: ModelLimits,
-    hint: &str,
-    whole: WholeReply,
-    observer: &dyn ReplyObserver,
-) -> Result<EventStream, ModelError> {
-    // Encoded once; a retry resends the same bytes without copying them.
-    let body = bytes::Bytes::from(
-        serde_json::to_vec(body)
-            .map_err(|e| ModelError::malformed(format!("could not encode the request: {e}")))?,
-    );
-    let mut attempt = 0;
-    let response = loop {
-        let request = client
-            .post(url)
-            .headers(headers.clone())
-            .header(CONTENT_TYPE, "application/json")
-            .header(ACCEPT, "text/event-stream")
-            .body(body.clone());
-        // Logs name the URL, the status and the timing, never a header or the body: keys
-        // and prompt text stay out of them.
-        let sent = std::time::Instant::now();
-        tracing::info!(target: "promptforge::model", url, attempt, bytes = body.len(), "POST");
-        let response = match timeout(limits.receive_timeout, request.send()).await {
-            Err(_elapsed) => {
-                tracing::warn!(target: "promptforge::model", url, elapsed_ms = sent.elapsed().as_millis() as u64, "no reply headers within the receive timeout");
-                return Err(ModelError::Timeout);
-            }
-            Ok(Err(err)) => {
-                let err = transport(&err, url, hint);
-                if let ModelError::Transport { detail } = &err {
-                    tracing::warn!(target: "promptforge::model", url, detail, "connection failed");
+impl Endpoint {
+    /// POST `body` (encoded as JSON here) to the endpoint and return the reply as a stream of
+    /// SSE events.
+    ///
+    /// Waits at most `limits.receive_timeout` for the headers. A non-success status is read
+    /// (capped, under the same timeout) and classified; a success reply becomes an event
+    /// stream whose every chunk is awaited under the timeout and counted against the cap. The
+    /// hint is appended to transport failure details (what to check or set when the endpoint
+    /// is down).
+    async fn post(
+        &self,
+        headers: HeaderMap,
+        body: &impl serde::Serialize,
+        whole: WholeReply,
+        observer: &dyn ReplyObserver,
+    ) -> Result<EventStream, ModelError> {
+        let (client, url, limits, hint) = (
+            &self.client,
+            self.url.as_str(),
+            self.limits,
+            self.hint.as_str(),
+        );
+        // Encoded once; a retry resends the same bytes without copying them.
+        let body =
+            bytes::Bytes::from(serde_json::to_vec(body).map_err(|e| {
+                ModelError::malformed(format!("could not encode the request: {e}"))
+            })?);
+        let mut attempt = 0;
+        let response = loop {
+            let request = client
+                .post(url)
+                .headers(headers.clone())
+                .header(CONTENT_TYPE, "application/json")
+                .header(ACCEPT, "text/event-stream")
+                .body(body.clone());
+            // Logs name the URL, the status and the timing, never a header or the body: keys
+            // and prompt text stay out of them.
+            let sent = std::time::Instant::now();
+            tracing::info!(target: "promptforge::model", url, attempt, bytes = body.len(), "POST");
+            let response = match timeout(limits.receive_timeout, request.send()).await {
+                Err(_elapsed) => {
+                    tracing::warn!(target: "promptforge::model", url, elapsed_ms = sent.elapsed().as_millis() as u64, "no reply headers within the receive timeout");
+                    return Err(ModelError::Timeout);
                 }
-                return Err(err);
+                Ok(Err(err)) => {
+                    let err = transport(&err, url, hint);
+                    if let ModelError::Transport { detail } = &err {
+                        tracing::warn!(target: "promptforge::model", url, detail, "connection failed");
+                    }
+                    return Err(err);
+                }
+                Ok(Ok(response)) => response,
+            };
+            let status = response.status().as_u16();
+            tracing::info!(target: "promptforge::model", url, status, version = ?response.version(), headers_ms = sent.elapsed().as_millis() as u64, "reply headers");
+            if (status == 429 || status >= 500) && attempt < limits.retries {
+                let retry_after = retry_after(&response);
+                let err = read_error_reply(response, limits, url, hint, observer).await;
+                // Only a rate limit or a server's own fault is worth sending again; an error
+                // reply too large to read is not.
+                if !matches!(
+                    err,
+                    ModelError::RateLimited
+                        | ModelError::Overloaded { .. }
+                        | ModelError::ServerFault { .. }
+                ) {
+                    return Err(err);
+                }
+                attempt += 1;
+                let wait = retry_after.unwrap_or(BACKOFF_START * 2u32.saturating_pow(attempt - 1));
+                tracing::warn!(target: "promptforge::model", url, status, attempt, wait_ms = wait.as_millis() as u64, reason = %err, "retrying");
+                observer.retry(attempt, wait, &err);
+                tokio::time::sleep(wait).await;
+                continue;
             }
-            Ok(Ok(response)) => response,
+            break response;
         };
-        let status = response.status().as_u16();
-        tracing::info!(target: "promptforge::model", url, status, version = ?response.version(), headers_ms = sent.elapsed().as_millis() as u64, "reply headers");
-        if (status == 429 || status >= 500) && attempt < limits.retries {
-            let retry_after = retry_after(&response);
-            let err = read_error_reply(response, limits, url, hint, observer).await;
-            // Only a rate limit or a server's own fault is worth sending again; an error
-            // reply too large to read is not.
-            if !matches!(
-                err,
-                ModelError::RateLimited
-                    | ModelError::Overloaded { .. }
-                    | ModelError::ServerFault { .. }
-            ) {
-                return Err(err);
-            }
-            attempt += 1;
-            let wait = retry_after.unwrap_or(BACKOFF_START * 2u32.saturating_pow(attempt - 1));
-            tracing::warn!(target: "promptforge::model", url, status, attempt, wait_ms = wait.as_millis() as u64, reason = %err, "retrying");
-            observer.retry(attempt, wait, &err);
-            tokio::time::sleep(wait).await;
-            continue;
+        let status = response.status();
+        if status.is_redirection() {
+            let location = response
+                .headers()
+                .get(reqwest::header::LOCATION)
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or("(no Location header)");
+            return Err(ModelError::Transport {
+                detail: format!(
+                    "POST {url} answered {} redirecting to {location}; model requests never follow redirects: set the model's base_url to the address that answers",
+                    status.as_u16()
+                ),
+            });
         }
-        break response;
-    };
-    let status = response.status();
-    if status.is_redirection() {
-        let location = response
-            .headers()
-            .get(reqwest::header::LOCATION)
-            .and_then(|v| v.to_str().ok())
-            .unwrap_or("(no Location header)");
-        return Err(ModelError::Transport {
-            detail: format!(
-                "POST {url} answered {} redirecting to {location}; model requests never follow redirects: set the model's base_url to the address that answers",
-                status.as_u16()
-            ),
-        });
+        if !status.is_success() {
+            return Err(read_error_reply(response, limits, url, hint, observer).await);
+        }
+        if let Some(kind) = response.headers().get(CONTENT_TYPE)
+            && let Ok(kind) = kind.to_str()
+            && kind
+                .trim_start()
+                .to_ascii_lowercase()
+                .starts_with("application/json")
+        {
+            // A server that ignores `stream: true` (some gateways do) answers with the whole
+            // reply as one JSON document: read it under the same limits and replay it as the
+            // events the provider's stream reader expects.
+            let body = read_body(response, limits, url, hint).await?;
+            let value: serde_json::Value = serde_json::from_slice(&body)
+                .map_err(|_| ModelError::malformed("the reply is not valid JSON"))?;
+            let events: Vec<Result<Event, ModelError>> =
+                whole(&value)?.into_iter().map(Ok).collect();
+            return Ok(Box::pin(stream::iter(events)));
+        }
+        let url = url.to_owned();
+        let hint = hint.to_owned();
+        let bytes = limited_chunks(
+            Box::pin(response.bytes_stream()),
+            limits,
+            OversizeKind::Stream,
+            move |e| transport(&e, &url, &hint),
+        );
+        Ok(Box::pin(sse::events(Box::pin(bytes))))
     }
-    if !status.is_success() {
-        return Err(read_error_reply(response, limits, url, hint, observer).await);
-    }
-    if let Some(kind) = response.headers().get(CONTENT_TYPE)
-        && let Ok(kind) = kind.to_str()
-        && kind
-            .trim_start()
-            .to_ascii_lowercase()
-            .starts_with("application/json")
-    {
-        // A server that ignores `stream: true` (some gateways do) answers with the whole
-        // reply as one JSON document: read it under the same limits and replay it as the
-        // events the provider's stream reader expects.
-        let body = read_body(response, limits, url, hint).await?;
-        let value: serde_json::Value = serde_json::from_slice(&body)
-            .map_err(|_| ModelError::malformed("the reply is not valid JSON"))?;
-        let events: Vec<Result<Event, ModelError>> = whole(&value)?.into_iter().map(Ok).collect();
-        return Ok(Box::pin(stream::iter(events)));
-    }
-    let url = url.to_owned();
-    let hint = hint.to_owned();
-    let bytes = limited_chunks(
-        Box::pin(response.bytes_stream()),
-        limits,
-        OversizeKind::Stream,
-        move |e| transport(&e, &url, &hint),
-    );
-    Ok(Box::pin(sse::events(Box::pin(bytes))))
 }
 
 /// How long a finished reply's stream is read inline for the end of its body.
