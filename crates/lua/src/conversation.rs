@@ -72,11 +72,6 @@ pub fn role_of(message: &Message) -> Role {
     }
 }
 
-/// A record's content.
-pub fn content_of(message: &Message) -> &Content {
-    message.content()
-}
-
 /// A record's tool calls (empty on every record but an assistant's).
 pub fn tool_calls_of(message: &Message) -> &[ToolCall] {
     match message {
@@ -103,7 +98,7 @@ pub fn text_bytes(content: &Content) -> u64 {
 /// The UTF-8 bytes the precheck counts for a record: its content's text plus the serialized
 /// form of each tool call (see [`tool_call_bytes`]).
 pub fn estimate_bytes(message: &Message) -> u64 {
-    text_bytes(content_of(message))
+    text_bytes(message.content())
         + tool_calls_of(message)
             .iter()
             .map(tool_call_bytes)
@@ -418,7 +413,7 @@ pub fn check_across(checked: &[Checked]) -> Result<(), String> {
         && let Some(position) = checked
             .iter()
             .take(leading)
-            .position(|c| !matches!(content_of(&c.message), Content::Text(_)))
+            .position(|c| !matches!(c.message.content(), Content::Text(_)))
     {
         return Err(format!(
             "messages[{}] is a system message with content parts; only plain text system \
@@ -590,7 +585,7 @@ fn merge_into(previous: &mut Message, next: &Message, separator: &str) {
         | Message::Tool { content, .. } => content,
     };
     let content = std::mem::replace(slot, Content::Text(String::new()));
-    *slot = merge_content(content, content_of(next), separator);
+    *slot = merge_content(content, next.content(), separator);
     if let Message::Assistant { tool_calls, .. } = previous {
         tool_calls.extend(tool_calls_of(next).iter().cloned());
     }
@@ -1010,7 +1005,7 @@ mod tests {
             );
         }
         assert_eq!(
-            *content_of(&ok(json!([user("")]))[0]),
+            *ok(json!([user("")]))[0].content(),
             Content::Text(String::new())
         );
     }
@@ -1079,7 +1074,7 @@ mod tests {
             { "type": "image_url", "image_url": { "url": "data:image/png;base64,AA", "detail": "high" } },
         ] }]));
         assert_eq!(
-            *content_of(&records[0]),
+            *records[0].content(),
             Content::Parts(vec![
                 text_part("What does this chart show?"),
                 ContentPart::ImageUrl {
