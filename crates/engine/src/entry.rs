@@ -6,7 +6,6 @@
 use std::cell::RefCell;
 use std::rc::Rc;
 use std::sync::Arc;
-use std::sync::atomic::AtomicBool;
 
 use promptforge_lua::models::ModelsState;
 use promptforge_lua::untrusted::nonce_for_run;
@@ -20,27 +19,18 @@ use crate::strand::{Place, Seed};
 use crate::visible;
 use crate::when::render_when;
 
-/// The run-wide part of every section entry.
+/// The run-wide part of every section entry that the run derives from its prompt and context
+/// (the rest it reads from them as they are).
 #[derive(Debug)]
 pub(crate) struct EntrySetup {
-    prompt: Arc<Prompt>,
     /// `sys.when`.
     when: String,
-    /// `sys.execution`.
-    execution: String,
     /// Every Lua region's location label, for errors.
     labels: Arc<[String]>,
     /// Run-wide model roles, the current model and the prompt-wide default.
     pub(crate) models: Rc<RefCell<ModelsState>>,
     /// The run's nonce for `untrusted` envelopes.
     pub(crate) nonce: String,
-    snapshot: Option<Json>,
-    log_events: u32,
-    cancel: Arc<AtomicBool>,
-    seed: u64,
-    /// `max_tool_iterations`, or the run's default round cap.
-    round_cap: u32,
-    call_sites: bool,
     /// The bound tool slots (filled at prepare).
     pub(crate) bound_tools: Arc<[BoundTool]>,
     /// The `promptforge/user-input` prelude: `Some(connected)` when declared and provided.
@@ -78,53 +68,52 @@ impl EntrySetup {
         models: Rc<RefCell<ModelsState>>,
     ) -> EntrySetup {
         EntrySetup {
-            prompt: prompt.clone(),
             when: render_when(ctx.start_ms),
-            execution: ctx.execution.clone(),
             labels: prompt.lua_regions().map(|r| r.label.clone()).collect(),
             models,
             nonce: nonce_for_run(ctx.seed),
-            snapshot: ctx.snapshot.clone(),
-            log_events: ctx.log_events,
-            cancel: ctx.cancel.clone(),
-            seed: ctx.seed,
-            round_cap: prompt
-                .frontmatter
-                .max_tool_iterations
-                .unwrap_or(ctx.round_cap),
-            call_sites: ctx.effect_sites,
             bound_tools: Arc::from(Vec::new()),
             input_plugin: None,
         }
     }
 
-    /// The VM configuration of one entry.
-    pub(crate) fn vm_config(&self, entry: EntryStart<'_>) -> VmConfig {
+    /// The VM configuration of one entry of a run of `prompt` under `ctx`.
+    pub(crate) fn vm_config(
+        &self,
+        prompt: &Arc<Prompt>,
+        ctx: &RunContext,
+        entry: EntryStart<'_>,
+    ) -> VmConfig {
+        let sys = self.sys(prompt, ctx, &entry);
         VmConfig {
             section_name: entry.name.to_owned(),
             args: entry.args,
             argv: entry.argv,
             var: entry.var,
-            sys: self.sys(entry.name, entry.id, entry.task, entry.seed.index),
+            sys,
             item: entry.seed.item,
-            snapshot: self.snapshot.clone(),
-            visible: visible::visible_set(&self.prompt, entry.place),
-            log_events: self.log_events,
-            cancel: self.cancel.clone(),
+            snapshot: ctx.snapshot.clone(),
+            visible: visible::visible_set(prompt, entry.place),
+            log_events: ctx.log_events,
+            cancel: ctx.cancel.clone(),
             region_labels: self.labels.clone(),
-            random_seed: self.seed ^ fnv1a(entry.id.as_bytes()),
+            random_seed: ctx.seed ^ fnv1a(entry.id.as_bytes()),
             models: self.models.clone(),
-            round_cap: self.round_cap,
+            round_cap: prompt
+                .frontmatter
+                .max_tool_iterations
+                .unwrap_or(ctx.round_cap),
             nonce: self.nonce.clone(),
             input_plugin: self.input_plugin,
             bound_tools: self.bound_tools.clone(),
             model_tasks: entry.model_tasks,
-            call_sites: self.call_sites,
+            call_sites: ctx.effect_sites,
         }
     }
 
     /// The `sys` fields of an entry.
-    fn sys(&self, name: &str, id: &str, task: &TaskId, index: Option<i64>) -> Json {
+    fn sys(&self, prompt: &Prompt, ctx: &RunContext, entry: &EntryStart<'_>) -> Json {
+        let (name, id, task, index) = (entry.name, entry.id, entry.task, entry.seed.index);
         let mut sys = Map::new();
         sys.insert("when".into(), Json::String(self.when.clone()));
         sys.insert("id".into(), Json::String(id.to_owned()));
@@ -133,11 +122,8 @@ impl EntrySetup {
             sys.insert("index".into(), Json::from(index));
         }
         sys.insert("section_name".into(), Json::String(name.to_owned()));
-        sys.insert("execution".into(), Json::String(self.execution.clone()));
-        sys.insert(
-            "section_count".into(),
-            Json::from(self.prompt.top_level.len()),
-        );
+        sys.insert("execution".into(), Json::String(ctx.execution.clone()));
+        sys.insert("section_count".into(), Json::from(prompt.top_level.len()));
         Json::Object(sys)
     }
 }
@@ -160,7 +146,7 @@ mod tests {
 
     use super::*;
 
-    fn setup(frontmatter: &str) -> (Arc<Prompt>, EntrySetup) {
+    fn setup(frontmatter: &str) -> (Arc<Prompt>, RunContext, EntrySetup) {
         let prompt = Arc::new(
             Prompt::parse(&format!(
                 "---\nname: t\ndescription: d\npromptforge: 0\n{frontmatter}---\n\n# T\n\n## A\n\n```lua\nreturn 1\n```\n\n## B\n\nB.\n"
@@ -171,7 +157,7 @@ mod tests {
         ctx.execution = "t".into();
         let models = Rc::new(RefCell::new(ModelsState::default()));
         let setup = EntrySetup::new(&prompt, &ctx, models);
-        (prompt, setup)
+        (prompt, ctx, setup)
     }
 
     fn start<'a>(task: &'a TaskId, place: Place, seed: Seed) -> EntryStart<'a> {
@@ -190,14 +176,14 @@ mod tests {
 
     #[test]
     fn an_entry_gets_its_sys_fields_and_a_seed_of_its_own() {
-        let (prompt, setup) = setup("");
+        let (prompt, ctx, setup) = setup("");
         let task = TaskId::parse("0").unwrap();
         let place = Place::Section(prompt.top_level[0]);
         let seed = Seed {
             item: Some(json!("m")),
             index: Some(2),
         };
-        let cfg = setup.vm_config(start(&task, place, seed));
+        let cfg = setup.vm_config(&prompt, &ctx, start(&task, place, seed));
         assert_eq!(
             cfg.sys,
             json!({"when": render_when(1_700_000_000_000), "id": "0.1", "taskid": "0",
@@ -207,23 +193,27 @@ mod tests {
         assert_eq!(cfg.random_seed, 42 ^ fnv1a(b"0.1"));
         assert_eq!(cfg.round_cap, RunContext::new(0, 0).round_cap);
         assert_eq!(cfg.region_labels.len(), 1);
-        let other = setup.vm_config(EntryStart {
-            id: "0.2",
-            ..start(&task, place, Seed::default())
-        });
+        let other = setup.vm_config(
+            &prompt,
+            &ctx,
+            EntryStart {
+                id: "0.2",
+                ..start(&task, place, Seed::default())
+            },
+        );
         assert_ne!(other.random_seed, cfg.random_seed);
         assert!(other.sys.get("index").is_none());
     }
 
     #[test]
     fn the_prompts_round_cap_wins_over_the_runs() {
-        let (prompt, setup) = setup("max_tool_iterations: 3\n");
+        let (prompt, ctx, setup) = setup("max_tool_iterations: 3\n");
         let task = TaskId::parse("0").unwrap();
-        let cfg = setup.vm_config(start(
-            &task,
-            Place::Section(prompt.top_level[0]),
-            Seed::default(),
-        ));
+        let cfg = setup.vm_config(
+            &prompt,
+            &ctx,
+            start(&task, Place::Section(prompt.top_level[0]), Seed::default()),
+        );
         assert_eq!(cfg.round_cap, 3);
     }
 }

@@ -109,17 +109,21 @@ impl Run {
             Default::default()
         };
         let carried = chain.carried.as_ref().map(|c| (c.0.clone(), c.1.clone()));
-        let cfg = self.setup.vm_config(EntryStart {
-            place,
-            name: &name,
-            id,
-            task: &s.task,
-            args: chain.args.to_string(),
-            argv,
-            var: chain.var.clone(),
-            seed,
-            model_tasks: carried.as_ref().is_some_and(|c| !c.0.is_empty()),
-        });
+        let cfg = self.setup.vm_config(
+            &self.prompt,
+            &self.ctx,
+            EntryStart {
+                place,
+                name: &name,
+                id,
+                task: &s.task,
+                args: chain.args.to_string(),
+                argv,
+                var: chain.var.clone(),
+                seed,
+                model_tasks: carried.as_ref().is_some_and(|c| !c.0.is_empty()),
+            },
+        );
         let vm = SectionVm::new(cfg)?;
         self.event(
             &s.task,
