@@ -73,13 +73,10 @@ impl Session {
     }
 
     /// Tell a run's context what this Host offers: its current model, the input broker (when
-    /// there is an operator) and the web Plugin.
+    /// there is an operator) and the web Plugin (an offline session has none to offer).
     pub(crate) fn offer(&self, ctx: &mut RunContext, operator: &Operator) {
         ctx.host.model = self.model.as_ref().map(|m| m.description.engine_info());
-        match &self.web {
-            Some(web) => offer_plugins(ctx, operator, web),
-            None => offer_plugins(ctx, operator, &WebPlugin::unavailable(String::new())),
-        }
+        offer_plugins(ctx, operator, self.web.as_deref());
     }
 
     /// The MCP Plugins a prompt declares, from the config's `[mcp.servers]`.
@@ -246,8 +243,8 @@ fn web_plugin(web_script: Option<&std::path::Path>, config: &Config) -> Result<W
 }
 
 /// Tell the run which Plugins this Host offers: the input broker (when there is an operator)
-/// and the web Plugin.
-fn offer_plugins(ctx: &mut RunContext, operator: &Operator, web: &WebPlugin) {
+/// and the web Plugin, when the session has one.
+fn offer_plugins(ctx: &mut RunContext, operator: &Operator, web: Option<&WebPlugin>) {
     ctx.host.live_operator = matches!(operator, Operator::Terminal);
     ctx.host.plugins.push(PluginInfo {
         id: USER_INPUT_PLUGIN.to_owned(),
@@ -262,7 +259,7 @@ fn offer_plugins(ctx: &mut RunContext, operator: &Operator, web: &WebPlugin) {
             )
         }),
     });
-    ctx.host.plugins.push(web.info());
+    ctx.host.plugins.extend(web.map(WebPlugin::info));
 }
 
 /// The run's store directory and whether it is a fresh one of ours (removed after the run
