@@ -1,4 +1,5 @@
-//! Host operations of the VM core (`shim/vm.lua`, `support.lua`, `globals.lua`, `text.lua`): modules, values and JSON, errors and their sites, `sys`, `log`, `ui`, and `prose`.
+//! Host operations of the VM core (`shim/vm.lua`, `support.lua`, `globals.lua`, `text.lua`):
+//! modules, values and JSON, errors and their sites, `sys`, `log`, `ui`, and `prose`.
 
 use super::*;
 

@@ -1,4 +1,5 @@
-//! Host operations of `shim/control.lua` and `shim/tasks.lua`: `jump`, fanout members, list sections, task ids, names and the cancel flag.
+//! Host operations of `shim/control.lua` and `shim/tasks.lua`: `jump`, fanout members, list
+//! sections, task ids, names and the cancel flag.
 
 use super::*;
 

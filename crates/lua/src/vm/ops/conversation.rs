@@ -1,4 +1,5 @@
-//! Host operations of `models.loop`: the list state, the raw walk, the check and compose, the precheck, a round's usage and its tool calls.
+//! Host operations of `models.loop`: the list state, the raw walk, the check and compose, the
+//! precheck, a round's usage and its tool calls.
 
 use super::*;
 

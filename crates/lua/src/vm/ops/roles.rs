@@ -1,4 +1,5 @@
-//! Host operations of `shim/models.lua`: model handles, `models.use`/`default`/`get`, and which model a round runs on.
+//! Host operations of `shim/models.lua`: model handles, `models.use`/`default`/`get`, and which
+//! model a round runs on.
 
 use super::*;
 

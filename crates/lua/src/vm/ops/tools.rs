@@ -1,4 +1,5 @@
-//! Host operations of `shim/tools.lua`: the run-wide always-on tools, `sys.model` at the first tool call, and the untrusted envelope.
+//! Host operations of `shim/tools.lua`: the run-wide always-on tools, `sys.model` at the first tool
+//! call, and the untrusted envelope.
 
 use super::*;
 
