@@ -15,8 +15,8 @@
 //! The records are the protocol's [`Message`]s, so a checked record is what the model round
 //! carries and the Harness sends: one type from the list to the wire.
 
+use rustc_hash::FxHashSet;
 use std::borrow::Borrow;
-use std::collections::HashSet;
 use std::sync::Arc;
 
 use serde_json::{Map, Value};
@@ -422,7 +422,7 @@ pub fn check_across(checked: &[Checked]) -> Result<(), String> {
         ));
     }
 
-    let mut seen_ids: HashSet<&str> = HashSet::new();
+    let mut seen_ids: FxHashSet<&str> = FxHashSet::default();
     let mut batch: Option<Batch<'_>> = None;
     for (position, entry) in checked.iter().enumerate() {
         let n = position + 1;
@@ -819,7 +819,7 @@ pub fn reply_arguments(call_index: usize, arguments: &Value) -> Result<Map<Strin
 /// where `{i}` is the call's 1-based position and blank means empty or only whitespace. Ids
 /// repeated from earlier rounds are left to [`check_list`] on the next round.
 pub fn check_reply_calls(calls: &[ToolCall]) -> Result<(), String> {
-    let mut seen: HashSet<&str> = HashSet::new();
+    let mut seen: FxHashSet<&str> = FxHashSet::default();
     for (position, call) in calls.iter().enumerate() {
         let i = position + 1;
         if is_blank(&call.id) {

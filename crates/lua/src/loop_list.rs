@@ -3,30 +3,28 @@
 //! Chapter 11 checks the whole list before every round, extra fields included, so a record the
 //! prompt changed between rounds is caught like a new one. Converting every record to JSON and
 //! checking it again each round made a round's cost grow with the conversation. Instead the
-//! loop keeps, for each record it has checked, the record's first-layer result here and a
-//! *snapshot* in the shim (`shim/models.lua`: every key and value the record held, nested
-//! tables by identity and with their own snapshots, numbers with their subtype). Before a
-//! round the shim walks the list raw once: it confirms the list is a plain sequence and finds
-//! the leading records that are the same tables holding exactly what their snapshots hold, in
-//! the same traversal order (a table nobody wrote to traverses the same way every time). Those
-//! keep their checked form; every later record (new, replaced, or edited in any field) is
-//! converted and checked from scratch here. The rules across records then run over the whole
-//! list every round, and the composed records reuse the checked ones (shared, never copied).
-//!
-//! The walk is done in Lua because a raw `next` there costs a fraction of the same step
-//! through the Rust API, which keeps a round's cost nearly flat however long the list is.
-//! Anything unusual (a list that is not a plain sequence in traversal order) takes the full
-//! conversion, which reports the exact error.
+//! loop keeps, for each record it has checked, the record's first-layer result and a
+//! *snapshot* (`loop_walk.rs`: every key and value the record held, nested tables followed in
+//! full, numbers with their subtype, the rest by object identity, with the shim keeping every
+//! object named alive). Before a round one raw walk over the list confirms it is a plain
+//! sequence and finds the leading records that are the same tables holding exactly what their
+//! snapshots hold, in the same traversal order (a table nobody wrote to traverses the same way
+//! every time). Those keep their checked form; every later record (new, replaced, or edited in
+//! any field) is converted and checked from scratch here. The rules across records then run
+//! over the whole list every round, and the composed records reuse the checked ones (shared,
+//! never copied). Anything unusual (a list that is not a plain sequence in traversal order)
+//! takes the full conversion, which reports the exact error.
 
 use std::sync::Arc;
 
-use mlua::{Table, UserData, Value};
+use mlua::{Lua, Table, UserData, Value};
 use serde_json::Value as Json;
 
 use promptforge_protocol::conversation::Message;
 
 use crate::conversation::{self, Checked, UsageMemory};
 use crate::json;
+use crate::loop_walk::Snapshot;
 
 /// The message for a list holding a value JSON cannot carry.
 const NOT_JSON: &str = "messages must be a JSON-representable table";
@@ -42,6 +40,8 @@ pub(crate) struct LoopList {
     composed: Vec<Arc<Message>>,
     /// Each composed record's bytes for the precheck's estimate, kept while it is unchanged.
     bytes: Vec<u64>,
+    /// The records in `cached` as they were when checked, for the next round's walk.
+    snapshot: Snapshot,
 }
 
 impl UserData for LoopList {}
@@ -50,6 +50,12 @@ impl LoopList {
     /// The records the next round sends.
     pub(crate) fn composed(&self) -> &[Arc<Message>] {
         &self.composed
+    }
+
+    /// How many leading records of `list` are the ones checked last time, unchanged; `None`
+    /// when `list` is not a plain sequence (see [`Snapshot::unchanged_prefix`]).
+    pub(crate) fn unchanged_prefix(&self, lua: &Lua, list: &Value) -> mlua::Result<Option<usize>> {
+        self.snapshot.unchanged_prefix(lua, list)
     }
 
     /// The precheck on the composed records (see [`UsageMemory::precheck`]).
@@ -70,6 +76,7 @@ impl LoopList {
     /// are not converted again), `None` when the list needs the full conversion.
     pub(crate) fn check(
         &mut self,
+        lua: &Lua,
         list: &Value,
         unchanged: Option<usize>,
     ) -> mlua::Result<Result<(), String>> {
@@ -79,6 +86,13 @@ impl LoopList {
         };
         match checked {
             Ok(records) => {
+                match unchanged {
+                    // `cached` now holds the first `p` records as before and the rest anew.
+                    Some(p) if self.cached.len() == records.len() && p <= self.snapshot.len() => {
+                        self.snapshot.remember(lua, list, p)?
+                    }
+                    _ => self.snapshot.clear(),
+                }
                 let composed = conversation::compose(&records);
                 let bytes = composed
                     .iter()
@@ -98,6 +112,7 @@ impl LoopList {
             }
             Err(message) => {
                 self.cached.clear();
+                self.snapshot.clear();
                 Ok(Err(message))
             }
         }
@@ -186,7 +201,7 @@ mod tests {
     fn records_vouched_for_are_shared_and_the_rest_checked() {
         let (lua, list) = setup();
         let mut state = LoopList::default();
-        state.check(&list, Some(0)).unwrap().unwrap();
+        state.check(&lua, &list, Some(0)).unwrap().unwrap();
         let first = state.composed().to_vec();
         assert_eq!(
             texts(&state),
@@ -195,7 +210,7 @@ mod tests {
         lua.load("msgs[5] = { role = 'user', content = 'more' }")
             .exec()
             .unwrap();
-        state.check(&list, Some(4)).unwrap().unwrap();
+        state.check(&lua, &list, Some(4)).unwrap().unwrap();
         let second = state.composed();
         assert_eq!(second.len(), 5);
         for (a, b) in first.iter().zip(second) {
@@ -204,9 +219,9 @@ mod tests {
         assert_eq!(texts(&state)[4], "user:more");
         // Only the records after the vouched-for prefix are read again.
         lua.load("msgs[3].tool_calls[1].id = 'c2'").exec().unwrap();
-        assert_eq!(state.check(&list, Some(5)).unwrap(), Ok(()));
+        assert_eq!(state.check(&lua, &list, Some(5)).unwrap(), Ok(()));
         assert_eq!(
-            state.check(&list, Some(2)).unwrap(),
+            state.check(&lua, &list, Some(2)).unwrap(),
             Err(
                 "messages[4] is an orphan tool record: no pending assistant tool call with id \"c1\""
                     .to_owned()
@@ -228,20 +243,20 @@ mod tests {
         ] {
             lua.load(edit).exec().unwrap();
             assert_eq!(
-                state.check(&list, None).unwrap(),
+                state.check(&lua, &list, None).unwrap(),
                 Err(expected.to_owned()),
                 "{edit}"
             );
             // A prefix the state never checked is not trusted.
             assert_eq!(
-                state.check(&list, Some(3)).unwrap(),
+                state.check(&lua, &list, Some(3)).unwrap(),
                 Err(expected.to_owned()),
                 "{edit}"
             );
         }
         let empty: Value = lua.load("return {}").eval().unwrap();
         assert_eq!(
-            state.check(&empty, Some(0)).unwrap(),
+            state.check(&lua, &empty, Some(0)).unwrap(),
             Err("messages must not be empty".to_owned())
         );
     }

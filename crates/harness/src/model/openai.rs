@@ -19,12 +19,12 @@
 //! finish reason comes from `choices[0].finish_reason` and usage from the chunk that carries
 //! `usage`. A stream that ends with neither `[DONE]` nor a finish reason is truncated.
 
-use std::collections::HashMap;
 use std::fmt;
 use std::sync::{Arc, Mutex, Weak};
 
 use futures_util::StreamExt;
 use reqwest::header::{AUTHORIZATION, HeaderMap};
+use rustc_hash::FxHashMap;
 use serde::ser::{SerializeMap, Serializer};
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
@@ -277,7 +277,7 @@ impl Serialize for WireFunction<'_> {
 /// weak handle to it, so a new record at a freed address is never taken for the old one.
 #[derive(Debug, Default)]
 struct WireCache {
-    entries: HashMap<usize, (Weak<Message>, Arc<RawValue>)>,
+    entries: FxHashMap<usize, (Weak<Message>, Arc<RawValue>)>,
 }
 
 impl WireCache {

@@ -108,76 +108,38 @@ local function overflow(compactor, reason)
   raise(COMPACTOR_RETURNED)
 end
 
--- A models.loop list between rounds (loop_list.rs explains the scheme). A snapshot of a
--- table is the flat array of its entries in raw traversal order (key, value, key, value, ...)
--- with `n` their count times two and `sub` the nested tables' snapshots and the numbers'
--- subtypes by position.
-local function snapshot(t)
-  local snap, sub, i = {}, {}, 0
+-- A models.loop list between rounds (loop_list.rs explains the scheme). The Rust side keeps
+-- each checked record's snapshot, which names strings and tables by address (loop_walk.rs);
+-- an anchor keeps every object a snapshot names alive, so no address in it is ever reused.
+local function anchor(t, into, n)
   for k, v in next, t do
-    i = i + 2
-    snap[i - 1], snap[i] = k, v
-    local tv = type(v)
-    if tv == 'table' then sub[i] = snapshot(v) elseif tv == 'number' then sub[i] = math_type(v) end
+    into[n + 1], into[n + 2] = k, v
+    n = n + 2
+    if type(v) == 'table' then n = anchor(v, into, n) end
   end
-  snap.n, snap.sub = i, sub
-  return snap
+  return n
 end
 
--- Whether `t` holds exactly its snapshot. Keys and scalar values compare raw (no metamethod
--- runs: the snapshot's side is never a table there); nested tables by identity, then in full.
-local function same(t, snap)
-  local sub, i = snap.sub, 0
-  for k, v in next, t do
-    i = i + 2
-    if k ~= snap[i - 1] then return false end
-    local s = sub[i]
-    if s == nil then
-      if v ~= snap[i] then return false end
-    elseif s == 'integer' or s == 'float' then
-      local was = snap[i]
-      if v ~= was or math_type(v) ~= s or (v == 0 and 1 / v ~= 1 / was) then return false end
-    elseif not rawequal(v, snap[i]) or not same(v, s) then
-      return false
-    end
-  end
-  return i == snap.n
-end
-
--- Walks the list raw: nil unless its keys are 1..n in traversal order; else how many leading
--- records are the tables checked last time, unchanged.
-local function unchanged_prefix(state, list)
-  local recs, snaps = state.recs, state.snaps
-  local reuse = rawequal(state.list, list)
-  local n, p = 0, 0
-  for k, v in next, list do
-    n = n + 1
-    if k ~= n then return nil end
-    if reuse then
-      if rawequal(v, recs[n]) and same(v, snaps[n]) then p = n else reuse = false end
-    end
-  end
-  return p
-end
-
--- Checks and composes the list (loop_list.rs), then remembers the records it checked anew.
+-- Checks and composes the list (loop_list.rs); the records it checked anew are anchored.
 local function compose(state, list, target)
-  local p = host('loop_scan', unchanged_prefix, state, list)
+  local p = host('loop_scan', state.ud, list)
   local ok, fits = host('loop_compose', state.ud, list, target, p)
   if ok ~= nil then
-    local recs, snaps = state.recs, state.snaps
+    local anchors = state.anchors
     if p == nil then
       state.list, state.count = nil, 0
-      for i = #recs, 1, -1 do recs[i], snaps[i] = nil, nil end
+      for i = #anchors, 1, -1 do anchors[i] = nil end
     else
       local i = p + 1
       local v = rawget(list, i)
       while v ~= nil do
-        recs[i], snaps[i] = v, snapshot(v)
+        local into = { v }
+        if type(v) == 'table' then anchor(v, into, 1) end
+        anchors[i] = into
         i = i + 1
         v = rawget(list, i)
       end
-      for j = i, state.count do recs[j], snaps[j] = nil, nil end
+      for j = i, state.count do anchors[j] = nil end
       state.list, state.count = list, i - 1
     end
   end
@@ -206,7 +168,7 @@ models.loop = function(...)
     raise('compactor must be a function, got ' .. arg_type(compactor))
   end
   -- The list's state for this call: what each round checked and composed (see loop_list.rs).
-  local state = { ud = host('loop_list'), recs = {}, snaps = {}, count = 0 }
+  local state = { ud = host('loop_list'), anchors = {}, count = 0 }
   local checked, message = compose(state, list)
   if checked == nil then raise(message) end
   local target, missing = P.synced('round_model', handle)

@@ -548,7 +548,7 @@ impl SectionVm {
             })
         };
         let build = || -> mlua::Result<Table> {
-            let host = Self::host_function(&lua, &shared, &poll)?;
+            let host = Self::host_function(&lua, &shared)?;
             let cfg_table = lua.create_table()?;
             cfg_table.raw_set("h1", in_h1)?;
             cfg_table.raw_set("args", cfg.args.as_str())?;
@@ -619,13 +619,8 @@ impl SectionVm {
 
     /// The shim's one private Rust primitive, `host(op, ...)`. One function rather than one
     /// per operation keeps VM creation cheap (each Rust function costs an allocation).
-    fn host_function(
-        lua: &Lua,
-        shared: &Rc<RefCell<Shared>>,
-        poll: &CancelPoll,
-    ) -> mlua::Result<Function> {
+    fn host_function(lua: &Lua, shared: &Rc<RefCell<Shared>>) -> mlua::Result<Function> {
         let s = shared.clone();
-        let poll = poll.clone();
         lua.create_function(
             move |lua, (op, a, b, c, d): (mlua::LuaString, Value, Value, Value, Value)| {
                 let op = op.to_str()?;
@@ -633,7 +628,6 @@ impl SectionVm {
                     Some(run) => run(ops::Call {
                         lua,
                         s: &s,
-                        poll: &poll,
                         args: [a, b, c, d],
                     }),
                     None => Err(mlua::Error::RuntimeError(format!(

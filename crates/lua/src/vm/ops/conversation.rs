@@ -22,20 +22,14 @@ fn loop_list(call: Call<'_>) -> mlua::Result<MultiValue> {
 fn loop_scan(call: Call<'_>) -> mlua::Result<MultiValue> {
     let Call {
         lua,
-        poll,
-        args: [a, b, c, _],
+        args: [a, b, _, _],
         ..
     } = call;
-    // The shim's walk over a message list: trusted, finite code that runs
-    // no metamethod, so it runs without the count hook, which would
-    // otherwise cost it a call into the hook machinery per instruction.
-    let Value::Function(scan) = a else {
+    let Value::UserData(state) = &a else {
         return Value::Nil.into_lua_multi(lua);
     };
-    lua.remove_hook();
-    let found = scan.call::<Value>((b, c));
-    set_cancel_hook(lua, poll)?;
-    found?.into_lua_multi(lua)
+    let list = state.borrow::<LoopList>()?;
+    list.unchanged_prefix(lua, &b)?.into_lua_multi(lua)
 }
 
 fn loop_fits(call: Call<'_>) -> mlua::Result<MultiValue> {
@@ -67,7 +61,7 @@ fn loop_compose(call: Call<'_>) -> mlua::Result<MultiValue> {
         Value::Integer(n) => usize::try_from(n).ok(),
         _ => None,
     };
-    match list.check(&b, unchanged)? {
+    match list.check(lua, &b, unchanged)? {
         Ok(()) => (Value::Boolean(true), vm::loop_fits(s, &list, &c)).into_lua_multi(lua),
         Err(message) => (Value::Nil, message).into_lua_multi(lua),
     }

@@ -14,7 +14,7 @@ use std::sync::OnceLock;
 
 use mlua::{Lua, MultiValue, Value};
 
-use super::{CancelPoll, Shared};
+use super::Shared;
 
 mod base;
 mod control;
@@ -26,15 +26,14 @@ mod tools;
 use super::{
     ChunkMode, IntoLuaMulti, Json, LoopList, Ordering, Prose, Usage, call_site, check_calls,
     check_log, find_raise, json, models, module_bytecode, record_error_site, scalar_result,
-    set_cancel_hook, usage_key,
+    usage_key,
 };
 use crate::vm;
 
-/// One host call: the VM, its shared state, the cancel poll, and the (up to four) arguments.
+/// One host call: the VM, its shared state, and the (up to four) arguments.
 pub(super) struct Call<'a> {
     pub(super) lua: &'a Lua,
     pub(super) s: &'a Rc<RefCell<Shared>>,
-    pub(super) poll: &'a CancelPoll,
     pub(super) args: [Value; 4],
 }
 
