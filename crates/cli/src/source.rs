@@ -2,7 +2,8 @@
 
 use std::path::Path;
 
-use promptforge_syntax::{ParseError, ParseErrorKind};
+use promptforge_engine::RunError;
+use promptforge_syntax::{Block, ParseError, ParseErrorKind, Prompt};
 
 /// Read a prompt file as UTF-8 text, with an error message fit to show the user.
 pub fn read_prompt(path: &Path) -> Result<String, String> {
@@ -39,6 +40,102 @@ pub fn parse_failure_line(path: &Path, err: &ParseError) -> String {
         err.kind,
         err.message
     )
+}
+
+/// The prompt file line (and column, when known) a failed run points at: a parse failure's
+/// own location, else the line its location tag or its raise site names.
+pub fn run_failure_location(err: &RunError) -> Option<(u32, Option<u32>)> {
+    if let Some(line) = err.line {
+        return Some((line, err.column));
+    }
+    if err.parse_kind == Some(ParseErrorKind::Lua) {
+        let parse = ParseError::new(ParseErrorKind::Lua, err.message.clone());
+        return display_location(&parse).map(|(line, _)| (line, None));
+    }
+    err.display_line.map(|line| (line, None))
+}
+
+/// A failed run's first line for people: `FILE:LINE[:COL]: error[KIND]: message`, FILE as the
+/// user typed it, the location left out when there is none. The message is the outcome's.
+pub fn run_failure_line(path: &Path, err: &RunError, message: &str) -> String {
+    let kind = match err.parse_kind {
+        Some(parse_kind) => format!("{}/{parse_kind}", err.kind),
+        None => err.kind.to_string(),
+    };
+    let at = match run_failure_location(err) {
+        Some((line, Some(column))) => format!("{}:{line}:{column}: ", path.display()),
+        Some((line, None)) => format!("{}:{line}: ", path.display()),
+        None => String::new(),
+    };
+    format!("{at}error[{kind}]: {message}")
+}
+
+/// For a placeholder failure (chapter 07's `... [Kind at byte N]`, raised where the block
+/// reads `prose`), where the placeholder itself is: `(line, column, placeholder)`. The prose
+/// read by the failing block is preferred; otherwise the one prose block holding that
+/// placeholder at that byte.
+pub fn placeholder_site(
+    prompt: &Prompt,
+    message: &str,
+    failing_line: Option<u32>,
+) -> Option<(u32, u32, String)> {
+    let tail = message.strip_suffix(']')?;
+    let (_, offset) = tail.rsplit_once(" at byte ")?;
+    let offset: usize = offset.parse().ok()?;
+    let open = message.find("{{")?;
+    let shown = &message[open..open + message[open..].find("}}")? + 2];
+    let placeholder_at = |text: &str| {
+        let rest = text.get(offset..)?;
+        let end = rest.find("}}")? + 2;
+        rest.starts_with("{{").then(|| rest[..end].to_owned())
+    };
+    let locate = |prose: &promptforge_syntax::ProseBlock| {
+        let placeholder = placeholder_at(&prose.text)?;
+        let before = &prose.text[..offset];
+        let line = prose.line + u32::try_from(before.matches('\n').count()).ok()?;
+        let line_start = before.rfind('\n').map_or(0, |i| i + 1);
+        let column = u32::try_from(offset - line_start + 1).ok()?;
+        Some((line, column, placeholder))
+    };
+    let block_lists = std::iter::once(&prompt.h1_blocks)
+        .chain(prompt.sections.iter().map(|section| &section.blocks));
+    // The prose right before the Lua block the failure points into.
+    if let Some(line) = failing_line {
+        for blocks in block_lists.clone() {
+            for pair in blocks.windows(2) {
+                if let [Block::Prose(prose), Block::Lua(region)] = pair {
+                    let lines = u32::try_from(region.source.lines().count()).unwrap_or(u32::MAX);
+                    let inside = line >= region.first_line
+                        && line < region.first_line.saturating_add(lines.max(1));
+                    if let (true, Some(site)) = (inside, locate(prose)) {
+                        return Some(site);
+                    }
+                }
+            }
+        }
+    }
+    let mut found = block_lists
+        .flatten()
+        .filter_map(|block| match block {
+            Block::Prose(prose) => locate(prose),
+            Block::Lua(_) => None,
+        })
+        .filter(|(_, _, placeholder)| squeeze(placeholder) == squeeze(shown));
+    let first = found.next()?;
+    found.next().is_none().then_some(first)
+}
+
+/// A placeholder without its spaces, to compare the one a message shows with the source's.
+fn squeeze(text: &str) -> String {
+    text.chars().filter(|c| !c.is_whitespace()).collect()
+}
+
+/// The role label an unbound-role failure names (`models.use label "x" is not a bound model
+/// role`, and the same for `models.default` and `models.get`).
+pub fn unbound_role(message: &str) -> Option<&str> {
+    let (before, _) = message.split_once("\" is not a bound model role")?;
+    let (_, label) = before.rsplit_once(" label \"")?;
+    Some(label)
 }
 
 #[cfg(test)]

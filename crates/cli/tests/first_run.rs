@@ -45,7 +45,8 @@ fn a_forgotten_model_gets_a_hint_and_no_traceback() {
     assert_eq!(output.status.code(), Some(1), "{stderr}");
     let lines: Vec<&str> = stderr.lines().collect();
     assert!(
-        lines[0].starts_with("error[Lua]: ")
+        // FILE:LINE first, as typed, so an editor or terminal can jump to the call.
+        lines[0].starts_with("writer.md:15: error[Lua]: section `Write` prologue:15: ")
             && lines[0].ends_with("models.default label \"writer\" is not a bound model role"),
         "{stderr}"
     );
@@ -66,6 +67,77 @@ fn a_forgotten_model_gets_a_hint_and_no_traceback() {
 }
 
 #[test]
+fn a_failure_away_from_its_cause_names_the_cause_too() {
+    let dir = tempfile::tempdir().unwrap();
+    // A missing placeholder fails where the block reads `prose` (line 16); the hint names
+    // the placeholder's own line and column.
+    write(
+        dir.path(),
+        "days.md",
+        "---\nname: days\ndescription: d\npromptforge: 0\n---\n\n# Days\n\n## Main\n\nSummarize\nthe last {{ argv.days }} days.\n\n```lua\nlocal x = 1\nreturn prose\n```\n",
+    );
+    let output = promptforge(dir.path())
+        .args(["run", "days.md", "--args", "{}"])
+        .output()
+        .unwrap();
+    let (_, stderr) = text(&output);
+    assert_eq!(output.status.code(), Some(1), "{stderr}");
+    let lines: Vec<&str> = stderr.lines().collect();
+    assert_eq!(
+        lines[0],
+        "days.md:16: error[Lua]: section `Main` epilog:16: missing {{ argv.days }} [MissingKey at byte 19]",
+        "{stderr}"
+    );
+    assert!(
+        lines.contains(&"hint: the placeholder {{ argv.days }} is at days.md:12:10"),
+        "{stderr}"
+    );
+    // A role label the frontmatter does not declare: the message is the spec's, the hint
+    // lists the roles there are.
+    write(
+        dir.path(),
+        "planer.md",
+        &WRITER.replace("models.default('writer')", "models.default('planer')"),
+    );
+    let output = promptforge(dir.path())
+        .args(["run", "planer.md", "--model", "openai:gpt-test"])
+        .env("OPENAI_API_KEY", "k")
+        .output()
+        .unwrap();
+    let (_, stderr) = text(&output);
+    assert!(
+        stderr.starts_with("planer.md:15: error[Lua]: section `Write` prologue:15: models.default label \"planer\" is not a bound model role\n"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("hint: `planer` is not declared; the prompt's model roles: writer\n"),
+        "{stderr}"
+    );
+    // A model failure points at the line that made the round.
+    write(
+        dir.path(),
+        "kept.md",
+        &WRITER.replace(
+            "return models.infer('a line about ' .. args)",
+            "local line = models.infer('a line about ' .. args)\nreturn line",
+        ),
+    );
+    let output = promptforge(dir.path())
+        .args(["run", "kept.md", "--model", "openai:gpt-test"])
+        .env("OPENAI_BASE_URL", "http://127.0.0.1:9/v1")
+        .env("OPENAI_API_KEY", "k")
+        .output()
+        .unwrap();
+    let (_, stderr) = text(&output);
+    assert!(
+        stderr.starts_with(
+            "kept.md:16: error[Completion]: the connection to the model backend failed\n"
+        ),
+        "{stderr}"
+    );
+}
+
+#[test]
 fn an_unreachable_or_refusing_endpoint_names_the_url_and_the_servers_words() {
     let dir = tempfile::tempdir().unwrap();
     write(dir.path(), "writer.md", WRITER);
@@ -79,7 +151,8 @@ fn an_unreachable_or_refusing_endpoint_names_the_url_and_the_servers_words() {
     let (_, stderr) = text(&output);
     assert_eq!(output.status.code(), Some(1), "{stderr}");
     assert!(
-        stderr.contains("error[Completion]: the connection to the model backend failed"),
+        // `return models.infer(...)` is a tail call: no Lua frame is left to point at.
+        stderr.starts_with("error[Completion]: the connection to the model backend failed"),
         "{stderr}"
     );
     assert!(
@@ -89,6 +162,8 @@ fn an_unreachable_or_refusing_endpoint_names_the_url_and_the_servers_words() {
         ),
         "{stderr}"
     );
+    // A traceback would only show the Lua line that waited on the server.
+    assert!(!stderr.contains("-v shows the Lua traceback"), "{stderr}");
     // With --json, stdout holds only the outcome; the hint still reaches stderr.
     let output = promptforge(dir.path())
         .args(["run", "writer.md", "--model", "openai:gpt-test", "--json"])

@@ -36,6 +36,7 @@ pub(crate) fn run_outcome(failure: LuaFailure, h1_gate: bool) -> Outcome {
     };
     let mut error = RunError::new(kind, message);
     error.traceback = failure.traceback;
+    error.display_line = failure.line;
     Outcome::Failed(error)
 }
 
@@ -79,6 +80,7 @@ pub(crate) fn internal_failure(message: impl Into<String>) -> LuaFailure {
         kind: FailureKind::Internal,
         message: message.into(),
         traceback: None,
+        line: None,
         error: None,
     }
 }
@@ -91,6 +93,7 @@ pub(crate) fn engine_failure(mut error: ErrorValue) -> LuaFailure {
         kind: FailureKind::Run(RunErrorKind::Lua),
         message: error.message.clone(),
         traceback: None,
+        line: None,
         error: Some(Box::new(error)),
     }
 }

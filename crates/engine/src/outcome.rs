@@ -8,7 +8,8 @@ pub use promptforge_protocol::errors::RunErrorKind;
 use promptforge_protocol::store::StoreError;
 
 /// A failed run's error: its kind, message, and for parse failures the parse details.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// Two errors are equal when everything but [`RunError::display_line`] is.
+#[derive(Debug, Clone)]
 pub struct RunError {
     /// The run error kind.
     pub kind: RunErrorKind,
@@ -22,7 +23,24 @@ pub struct RunError {
     pub column: Option<u32>,
     /// For a Lua failure: the traceback taken where the error was raised.
     pub traceback: Option<String>,
+    /// For a failure after the parse: the prompt file's line it points at, when known. Display
+    /// only, for a Host's `FILE:LINE:` (chapter 16 gives an outcome a location only for parse
+    /// failures), so it is never serialised and outcomes compare without it.
+    pub display_line: Option<u32>,
 }
+
+impl PartialEq for RunError {
+    fn eq(&self, other: &Self) -> bool {
+        self.kind == other.kind
+            && self.message == other.message
+            && self.parse_kind == other.parse_kind
+            && self.line == other.line
+            && self.column == other.column
+            && self.traceback == other.traceback
+    }
+}
+
+impl Eq for RunError {}
 
 impl RunError {
     /// A run error with no location.
@@ -34,6 +52,7 @@ impl RunError {
             line: None,
             column: None,
             traceback: None,
+            display_line: None,
         }
     }
 }
@@ -47,6 +66,7 @@ impl From<ParseError> for RunError {
             line: err.line,
             column: err.column,
             traceback: None,
+            display_line: None,
         }
     }
 }

@@ -95,7 +95,7 @@ fn replay_inner(args: &ReplayArgs) -> Result<ExitCode, String> {
             // The recorded run may have been this same parse failure.
             let outcome = Outcome::Failed(err.into());
             let value = serde_json::to_value(outcome_json(&outcome)).unwrap_or(Json::Null);
-            return Ok(settle(args, &record, &[], &outcome, &value));
+            return Ok(settle(args, &prompt_path, &record, &[], &outcome, &value));
         }
     };
     let cancel = Arc::new(AtomicBool::new(false));
@@ -151,21 +151,29 @@ fn replay_inner(args: &ReplayArgs) -> Result<ExitCode, String> {
             "replay: answered from the record up to effect {}, live from there",
             divergence.effect
         );
-        print_outcome(args, &outcome);
+        print_outcome(args, &prompt_path, &outcome);
         return Ok(exit_code(&outcome));
     }
-    Ok(settle(args, &record, &events, &outcome, &outcome_value))
+    Ok(settle(
+        args,
+        &prompt_path,
+        &record,
+        &events,
+        &outcome,
+        &outcome_value,
+    ))
 }
 
 /// Compare a replay that followed its record with the record, report, and give the status.
 fn settle(
     args: &ReplayArgs,
+    prompt_path: &std::path::Path,
     record: &Record,
     events: &[Json],
     outcome: &Outcome,
     value: &Json,
 ) -> ExitCode {
-    print_outcome(args, outcome);
+    print_outcome(args, prompt_path, outcome);
     match compare(record, events, value) {
         Some(difference) => {
             errln!("replay: not identical to the record: {difference}");
@@ -182,7 +190,7 @@ fn settle(
     }
 }
 
-fn print_outcome(args: &ReplayArgs, outcome: &Outcome) {
+fn print_outcome(args: &ReplayArgs, prompt_path: &std::path::Path, outcome: &Outcome) {
     if args.json || args.events {
         // The same bytes `run --json` prints.
         match serde_json::to_string(&outcome_json(outcome)) {
@@ -194,6 +202,9 @@ fn print_outcome(args: &ReplayArgs, outcome: &Outcome) {
     match outcome {
         Outcome::Completed(result) => out!("{result}"),
         Outcome::Cancelled => errln!("cancelled"),
-        Outcome::Failed(err) => errln!("error[{}]: {}", err.kind, err.message),
+        Outcome::Failed(err) => errln!(
+            "{}",
+            crate::source::run_failure_line(prompt_path, err, &err.message)
+        ),
     }
 }

@@ -165,6 +165,8 @@ struct Finished {
     summary: Option<String>,
     /// The run's record, to keep once the outcome is out.
     record: Option<PendingRecord>,
+    /// The parsed prompt, for pointing at its lines.
+    prompt: Option<Arc<Prompt>>,
 }
 
 fn execute(
@@ -183,6 +185,7 @@ fn execute(
         diagnosis: Diagnosis::default(),
         summary: None,
         record: None,
+        prompt: None,
     };
     let parsed = Prompt::parse(text);
     ctx.args = match &parsed {
@@ -294,7 +297,8 @@ fn execute(
         started: std::time::SystemTime::now(),
     };
     let started = std::time::Instant::now();
-    let mut run = Run::new(Arc::new(prompt), ctx);
+    let prompt = Arc::new(prompt);
+    let mut run = Run::new(prompt.clone(), ctx);
     let (events, json) = (args.events, args.json);
     let outcome = host.drive(&mut run, &mut |event| show_event(event, events, json));
     // Kept once the outcome is reported: the history write and an OpenTelemetry export are
@@ -358,6 +362,7 @@ fn execute(
         diagnosis,
         summary,
         record,
+        prompt: Some(prompt),
     })
 }
 
@@ -386,18 +391,21 @@ impl PendingRecord {
 
 /// What a person is told to do about a failure, when the Host can tell.
 /// The `hint:` lines on stderr, secrets taken out.
-fn print_hints(finished: &Finished) {
-    for hint in hints(finished) {
+fn print_hints(path: &std::path::Path, finished: &Finished) {
+    for hint in hints(path, finished) {
         errln!("hint: {}", promptforge_harness::secrets::redact(&hint));
     }
 }
 
-fn hints(finished: &Finished) -> Vec<String> {
+fn hints(path: &std::path::Path, finished: &Finished) -> Vec<String> {
     let Outcome::Failed(err) = &finished.outcome else {
         return Vec::new();
     };
     let mut hints = Vec::new();
     let message = err.message.as_str();
+    if let Some(prompt) = &finished.prompt {
+        hints.extend(prompt_hints(path, prompt, err));
+    }
     if finished.model.is_none()
         && (message.contains("is not a bound model role")
             || message.contains("model access is turned off or not configured"))
@@ -437,6 +445,40 @@ fn hints(finished: &Finished) -> Vec<String> {
     hints
 }
 
+/// Hints that point into the prompt: where a missing placeholder is (the failure is raised
+/// where the block reads `prose`), and which roles exist when a label names none.
+fn prompt_hints(path: &std::path::Path, prompt: &Prompt, err: &RunError) -> Vec<String> {
+    let mut hints = Vec::new();
+    let failing_line = crate::source::run_failure_location(err).map(|(line, _)| line);
+    if let Some((line, column, placeholder)) =
+        crate::source::placeholder_site(prompt, &err.message, failing_line)
+    {
+        hints.push(format!(
+            "the placeholder {placeholder} is at {}:{line}:{column}",
+            path.display()
+        ));
+    }
+    if let Some(label) = crate::source::unbound_role(&err.message) {
+        let declared: Vec<&str> = prompt
+            .frontmatter
+            .models
+            .iter()
+            .map(|role| role.label.as_str())
+            .collect();
+        if declared.is_empty() {
+            hints.push(format!(
+                "this prompt declares no model roles; add `{label}` under `models:` in its frontmatter"
+            ));
+        } else if !declared.contains(&label) {
+            hints.push(format!(
+                "`{label}` is not declared; the prompt's model roles: {}",
+                declared.join(", ")
+            ));
+        }
+    }
+    hints
+}
+
 fn report(args: &RunArgs, finished: &Finished, verbose: u8) -> ExitCode {
     let outcome = &finished.outcome;
     if args.json || args.events {
@@ -450,7 +492,7 @@ fn report(args: &RunArgs, finished: &Finished, verbose: u8) -> ExitCode {
         // stdout holds only the outcome, with the spec's fixed message; what the Host knows
         // beyond it (the URL tried, the variable it came from) still goes to stderr.
         if matches!(outcome, Outcome::Failed(_)) {
-            print_hints(finished);
+            print_hints(args.prompt_path(), finished);
         }
     } else {
         if let Some(summary) = &finished.summary {
@@ -467,26 +509,20 @@ fn report(args: &RunArgs, finished: &Finished, verbose: u8) -> ExitCode {
             }
             Outcome::Cancelled => errln!("cancelled"),
             Outcome::Failed(err) => {
-                let kind = match err.parse_kind {
-                    Some(parse_kind) => format!("{}/{parse_kind}", err.kind),
-                    None => err.kind.to_string(),
-                };
+                let message = promptforge_harness::secrets::redact(&err.message);
                 errln!(
-                    "error[{kind}]: {}",
-                    promptforge_harness::secrets::redact(&err.message)
+                    "{}",
+                    crate::source::run_failure_line(args.prompt_path(), err, &message)
                 );
-                if let Some(line) = err.line {
-                    errln!(
-                        "  --> {}:{line}:{}",
-                        args.prompt_path().display(),
-                        err.column.unwrap_or(1)
-                    );
-                }
-                print_hints(finished);
+                print_hints(args.prompt_path(), finished);
+                // A model server's failure is told by the lines above; the Lua stack that
+                // waited on it adds nothing, so it is not offered (`-v` still prints it).
+                let from_the_model = err.kind == RunErrorKind::Completion
+                    || finished.diagnosis.infrastructure;
                 match (&err.traceback, verbose) {
                     (Some(traceback), 1..) => errln!("{traceback}"),
-                    (Some(_), 0) => errln!("(-v shows the Lua traceback)"),
-                    (None, _) => {}
+                    (Some(_), 0) if !from_the_model => errln!("(-v shows the Lua traceback)"),
+                    _ => {}
                 }
             }
         }

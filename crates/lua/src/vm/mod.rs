@@ -298,6 +298,9 @@ pub struct LuaFailure {
     pub message: String,
     /// The traceback taken where the error was raised, when there is one.
     pub traceback: Option<String>,
+    /// The prompt file's line the failure points at (its location tag's, or where it was
+    /// raised), for a Host's display; never part of the message.
+    pub line: Option<u32>,
     /// The failure as an error value, for handing it to a caller (`call`) unchanged.
     pub error: Option<Box<ErrorValue>>,
 }
@@ -313,6 +316,7 @@ impl LuaFailure {
             kind,
             message: message.into(),
             traceback: None,
+            line: None,
             error: None,
         }
     }
@@ -823,7 +827,13 @@ impl SectionVm {
         // raised. Harness errors (store, model, ...) keep their message as it is.
         // An error that already carries its tag (one re-raised from a called section or a
         // fanout arm) keeps it: the callee's region was mapped where it was raised.
-        let tagged = if let Some((label, line)) = first_marker(&message, &labels) {
+        let marker = first_marker(&message, &labels);
+        let line = marker
+            .as_ref()
+            .map(|(_, line)| *line)
+            .or(site.location.as_ref().map(|(_, line)| *line))
+            .and_then(|line| u32::try_from(line).ok());
+        let tagged = if let Some((label, line)) = marker {
             let tag = format!("{label}:{line}: ");
             if message.starts_with(&tag) {
                 message
@@ -862,6 +872,7 @@ impl SectionVm {
             kind,
             message: tagged,
             traceback: site.traceback,
+            line,
             error: Some(Box::new(error)),
         }
     }
