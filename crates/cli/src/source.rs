@@ -28,6 +28,41 @@ pub fn display_location(err: &ParseError) -> Option<(u32, u32)> {
     None
 }
 
+/// Where a problem `check` found is: its own line and column, or for a Lua compile failure
+/// the fault line the diagnostic names and, when the token it names (`near 'x'`) occurs once
+/// on that line of `text`, that token's 1-based byte column (`<eof>`: just past the line).
+/// Lua names no column itself, so none is given rather than a made-up one.
+pub fn problem_location(err: &ParseError, text: &str) -> Option<(u32, Option<u32>)> {
+    if let Some(line) = err.line {
+        return Some((line, err.column));
+    }
+    let (line, _) = display_location(err)?;
+    let source_line = text
+        .split('\n')
+        .nth(usize::try_from(line).ok()?.checked_sub(1)?)
+        .map(|l| l.strip_suffix('\r').unwrap_or(l))?;
+    let column = near_token(&err.message).and_then(|token| {
+        if token == "<eof>" {
+            return u32::try_from(source_line.len() + 1).ok();
+        }
+        let mut found = source_line.match_indices(token);
+        let (at, _) = found.next()?;
+        found.next().is_none().then(|| u32::try_from(at + 1).ok())?
+    });
+    Some((line, column))
+}
+
+/// The token a Lua syntax diagnostic names: `near 'x'` (quotes taken off) or `near <eof>`.
+fn near_token(message: &str) -> Option<&str> {
+    let (_, after) = message.rsplit_once(" near ")?;
+    if after.starts_with("<eof>") {
+        return Some("<eof>");
+    }
+    let quoted = after.strip_prefix('\'')?;
+    let end = quoted.rfind('\'')?;
+    Some(&quoted[..end]).filter(|token| !token.is_empty())
+}
+
 /// A parse failure as one line for people: `FILE:LINE:COL: error[KIND]: message` (the location
 /// left out when there is none).
 pub fn parse_failure_line(path: &Path, err: &ParseError) -> String {
@@ -149,6 +184,18 @@ mod tests {
             "lua compilation error at section `Check` epilog (line 13): [string \"section `Check` epilog\"]:14: ')' expected near <eof>",
         );
         assert_eq!(display_location(&err), Some((14, 1)));
+        let text = "a\nb\nc\nd\ne\nf\ng\nh\ni\nj\nk\nl\nm\n  print(1\n";
+        assert_eq!(problem_location(&err, text), Some((14, Some(11))));
+        let err = ParseError::new(
+            ParseErrorKind::Lua,
+            "lua compilation error at section `A` prologue (line 2): [string \"section `A` prologue\"]:3: syntax error near 'end'",
+        );
+        assert_eq!(
+            problem_location(&err, "x\ny\nlocal x = = end\n"),
+            Some((3, Some(13)))
+        );
+        // A token that occurs twice on the line gives no column.
+        assert_eq!(problem_location(&err, "x\ny\nend end\n"), Some((3, None)));
         let err = ParseError::new(ParseErrorKind::Structure, "prompt requires an H1 title");
         assert_eq!(display_location(&err), None);
     }

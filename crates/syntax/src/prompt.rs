@@ -94,7 +94,38 @@ pub struct Prompt {
 impl Prompt {
     /// Parse a whole prompt file. Nothing runs; every Lua region is compiled.
     pub fn parse(source: &str) -> Result<Prompt, ParseError> {
-        Parser::new(source).parse()
+        let parser = Parser::new(source, false);
+        match parser.parse() {
+            Ok(Some(prompt)) => Ok(prompt),
+            Ok(None) => Err(ParseError::new(
+                ParseErrorKind::Frontmatter,
+                "the frontmatter could not be read",
+            )),
+            Err(err) => Err(err),
+        }
+    }
+
+    /// Every independent problem of a prompt file, for `check` and editors: `Err` holds each
+    /// one (at most one per line), ordered by line with problems that have none first.
+    /// Where [`Prompt::parse`] stops at the first failure in the spec's order, this goes on
+    /// past each one it can step over (a duplicate heading is still a section, an unclosed
+    /// fence is not compiled, a frontmatter failure does not stop the body's checks) and
+    /// compiles every closed fence. The first problem in the spec's order is always among them.
+    pub fn check(source: &str) -> Result<Prompt, Vec<ParseError>> {
+        let parser = Parser::new(source, true);
+        let result = parser.parse();
+        let mut problems = parser.problems.into_inner();
+        match result {
+            Ok(Some(prompt)) if problems.is_empty() => return Ok(prompt),
+            Ok(_) => {}
+            Err(err) => problems.push(err),
+        }
+        // The first problem reported on a line is the one kept, so the problem `parse` would
+        // report (always reported first) is never dropped.
+        let mut lines = std::collections::HashSet::new();
+        problems.retain(|p| p.line.is_none() || lines.insert(p.line));
+        problems.sort_by_key(|p| (p.line.is_some(), p.line, p.column));
+        Err(problems)
     }
 
     /// The section with this id.
@@ -158,6 +189,10 @@ enum Part {
 
 struct Parser<'a> {
     source: &'a str,
+    /// Whether problems are collected and stepped over (`Prompt::check`) rather than the
+    /// first one returned (`Prompt::parse`).
+    collect: bool,
+    problems: std::cell::RefCell<Vec<ParseError>>,
 }
 
 /// A heading found in the body, with its extracted name.
@@ -165,17 +200,32 @@ struct HeadingInfo {
     level: u8,
     name: String,
     line: u32,
+    /// The 1-based byte column where the heading starts.
+    column: u32,
     item: usize,
 }
 
 impl<'a> Parser<'a> {
-    fn new(source: &'a str) -> Self {
+    fn new(source: &'a str, collect: bool) -> Self {
         Parser {
             source: source.strip_prefix('\u{feff}').unwrap_or(source),
+            collect,
+            problems: std::cell::RefCell::new(Vec::new()),
         }
     }
 
-    fn parse(self) -> Result<Prompt, ParseError> {
+    /// A problem the parse can step over: the error itself when parsing, kept when checking.
+    fn report(&self, err: ParseError) -> Result<(), ParseError> {
+        if self.collect {
+            self.problems.borrow_mut().push(err);
+            Ok(())
+        } else {
+            Err(err)
+        }
+    }
+
+    /// The prompt, or `None` when checking a file whose frontmatter failed (its body checked).
+    fn parse(&self) -> Result<Option<Prompt>, ParseError> {
         let lines: Vec<(u32, &str)> = self
             .source
             .split('\n')
@@ -214,18 +264,29 @@ impl<'a> Parser<'a> {
             .map(|(_, l)| *l)
             .collect::<Vec<_>>()
             .join("\n");
-        let frontmatter = parse_frontmatter(&yaml, 2)?;
-        let name = frontmatter.name.clone();
+        let frontmatter = match parse_frontmatter(&yaml, 2) {
+            Ok(frontmatter) => Some(frontmatter),
+            Err(err) => {
+                self.report(err)?;
+                None
+            }
+        };
+        let name = frontmatter.as_ref().map(|f| f.name.clone());
+        let before = self.problems.borrow().len();
         let body = &lines[close + 1..];
-        self.parse_body(frontmatter, body)
-            .map_err(|e| e.with_prompt_name(&name))
+        let parsed = self.parse_body(frontmatter, body);
+        let Some(name) = name else { return parsed };
+        for problem in self.problems.borrow_mut().iter_mut().skip(before) {
+            problem.prompt_name = Some(name.clone());
+        }
+        parsed.map_err(|e| e.with_prompt_name(&name))
     }
 
     fn parse_body(
         &self,
-        frontmatter: Frontmatter,
+        frontmatter: Option<Frontmatter>,
         body: &[(u32, &str)],
-    ) -> Result<Prompt, ParseError> {
+    ) -> Result<Option<Prompt>, ParseError> {
         use ParseErrorKind::{Fence, Structure};
         let items = scan::scan(body);
 
@@ -233,10 +294,16 @@ impl<'a> Parser<'a> {
             .iter()
             .enumerate()
             .filter_map(|(index, item)| match item {
-                Item::Heading { level, text, line } => Some(HeadingInfo {
+                Item::Heading {
+                    level,
+                    text,
+                    line,
+                    column,
+                } => Some(HeadingInfo {
                     level: *level,
                     name: heading_text(text),
                     line: *line,
+                    column: *column,
                     item: index,
                 }),
                 _ => None,
@@ -249,20 +316,20 @@ impl<'a> Parser<'a> {
             .next()
             .ok_or_else(|| ParseError::new(Structure, "prompt requires an H1 title"))?;
         if let Some(second) = h1s.next() {
-            return Err(ParseError::at(
+            self.report(ParseError::at(
                 Structure,
                 "prompt must contain exactly one H1 title",
                 second.line,
-                1,
-            ));
+                second.column,
+            ))?;
         }
         if h1.name.is_empty() {
-            return Err(ParseError::at(
+            self.report(ParseError::at(
                 Structure,
                 "prompt H1 title must not be empty",
                 h1.line,
-                1,
-            ));
+                h1.column,
+            ))?;
         }
         let title = h1.name.clone();
 
@@ -272,12 +339,12 @@ impl<'a> Parser<'a> {
             _ => None,
         });
         if let (Some(_), Some(second)) = (shared_fences.next(), shared_fences.next()) {
-            return Err(ParseError::at(
+            self.report(ParseError::at(
                 Fence,
                 "prompt allows at most one `lua shared` fence",
                 second,
                 1,
-            ));
+            ))?;
         }
 
         // Walk the items in file order: place each into notes, the H1 body or a section,
@@ -305,15 +372,19 @@ impl<'a> Parser<'a> {
                     }
                     continue;
                 }
-                // After the H1 every heading is a section heading (levels 2..6).
+                // After the H1 every heading is a section heading (levels 2..6); a second H1
+                // was reported above.
                 let level = heading.level;
+                if level == 1 {
+                    continue;
+                }
                 if heading.name.is_empty() {
-                    return Err(ParseError::at(
+                    self.report(ParseError::at(
                         Structure,
                         format!("an H{level} section heading must not be empty"),
                         heading.line,
-                        1,
-                    ));
+                        heading.column,
+                    ))?;
                 }
                 while let Some(&top) = stack.last() {
                     if sections[top].level >= level {
@@ -324,7 +395,7 @@ impl<'a> Parser<'a> {
                 }
                 let parent_level = stack.last().map_or(1, |&p| sections[p].level);
                 if level != parent_level + 1 {
-                    return Err(ParseError::at(
+                    self.report(ParseError::at(
                         Structure,
                         format!(
                             "section `{}` is an orphan H{level} heading with no parent H{}",
@@ -332,23 +403,24 @@ impl<'a> Parser<'a> {
                             level - 1
                         ),
                         heading.line,
-                        1,
-                    ));
+                        heading.column,
+                    ))?;
                 }
                 let parent = stack.last().copied();
                 let key = (parent, heading.name.clone());
                 if let Some(first) = siblings.get(&key) {
-                    return Err(ParseError::at(
+                    self.report(ParseError::at(
                         Structure,
                         format!(
                             "duplicate sibling section name `{}`: first declared at line {first}, again at line {}; sibling section names must be unique",
                             heading.name, heading.line
                         ),
                         heading.line,
-                        1,
-                    ));
+                        heading.column,
+                    ))?;
+                } else {
+                    siblings.insert(key, heading.line);
                 }
-                siblings.insert(key, heading.line);
                 let id = sections.len();
                 sections.push(Section {
                     name: heading.name.clone(),
@@ -372,12 +444,13 @@ impl<'a> Parser<'a> {
                 && fence.shared
                 && part != Part::H1
             {
-                return Err(ParseError::at(
+                self.report(ParseError::at(
                     Fence,
                     "`lua shared` fence is allowed only in H1",
                     fence.open_line,
                     1,
-                ));
+                ))?;
+                continue;
             }
             match part {
                 Part::Notes => {}
@@ -396,20 +469,20 @@ impl<'a> Parser<'a> {
                     match fence.end {
                         FenceEnd::Closed => {}
                         FenceEnd::Unclosed => {
-                            return Err(ParseError::at(
+                            self.report(ParseError::at(
                                 Fence,
                                 "prompt `lua shared` fence is not closed",
                                 fence.open_line,
                                 1,
-                            ));
+                            ))?;
                         }
                         FenceEnd::Inexact => {
-                            return Err(ParseError::at(
+                            self.report(ParseError::at(
                                 Fence,
                                 format!("section `{owner}` `lua` fence is not closed exactly"),
                                 fence.open_line,
                                 1,
-                            ));
+                            ))?;
                         }
                     }
                 }
@@ -424,20 +497,20 @@ impl<'a> Parser<'a> {
                             Position::Epilog => "epilog ",
                             Position::Middle => "",
                         };
-                        return Err(ParseError::at(
+                        self.report(ParseError::at(
                             Fence,
                             format!("section `{owner}` {word}`lua` fence is not closed"),
                             fence.open_line,
                             1,
-                        ));
+                        ))?;
                     }
                     FenceEnd::Inexact => {
-                        return Err(ParseError::at(
+                        self.report(ParseError::at(
                             Fence,
                             format!("section `{owner}` `lua` fence is not closed exactly"),
                             fence.open_line,
                             1,
-                        ));
+                        ))?;
                     }
                 }
             }
@@ -450,7 +523,13 @@ impl<'a> Parser<'a> {
 
         // List sections.
         for (section, part_items) in sections.iter_mut().zip(&section_items) {
-            section.items = list_items(&section.name, part_items)?;
+            section.items = match list_items(&section.name, part_items) {
+                Ok(items) => items,
+                Err(err) => {
+                    self.report(err)?;
+                    None
+                }
+            };
         }
 
         // Blocks, compiled in file order.
@@ -461,25 +540,38 @@ impl<'a> Parser<'a> {
             Item::Fence(f) if f.shared => Some(f),
             _ => None,
         }) {
-            shared = Some(compiler.compile(
-                "prompt shared library".to_owned(),
-                fence.open_line + 1,
-                fence.source.clone(),
-            )?);
+            let closed = fence.end == FenceEnd::Closed || !self.collect;
+            if closed {
+                match compiler.compile(
+                    "prompt shared library".to_owned(),
+                    fence.open_line + 1,
+                    fence.source.clone(),
+                ) {
+                    Ok(region) => shared = Some(region),
+                    Err(err) => self.report(err)?,
+                }
+            }
         }
         let h1_label = format!("H1 `{title}` lua");
-        let h1_blocks = h1_shape.into_blocks(&compiler, |_| h1_label.clone())?;
+        let h1_blocks = h1_shape.into_blocks(self, &compiler, |_| h1_label.clone())?;
         for (section, part_items) in sections.iter_mut().zip(&section_items) {
             let name = section.name.clone();
             section.blocks =
-                shape_blocks(part_items).into_blocks(&compiler, |position| match position {
-                    Position::Prologue => format!("section `{name}` prologue"),
-                    Position::Epilog => format!("section `{name}` epilog"),
-                    Position::Middle => format!("section `{name}` lua"),
-                })?;
+                shape_blocks(part_items).into_blocks(
+                    self,
+                    &compiler,
+                    |position| match position {
+                        Position::Prologue => format!("section `{name}` prologue"),
+                        Position::Epilog => format!("section `{name}` epilog"),
+                        Position::Middle => format!("section `{name}` lua"),
+                    },
+                )?;
         }
 
-        Ok(Prompt {
+        let Some(frontmatter) = frontmatter else {
+            return Ok(None);
+        };
+        Ok(Some(Prompt {
             frontmatter,
             title,
             title_line: h1.line,
@@ -487,7 +579,7 @@ impl<'a> Parser<'a> {
             h1_blocks,
             sections,
             top_level,
-        })
+        }))
     }
 }
 
@@ -514,8 +606,12 @@ struct Shape<'i> {
 }
 
 impl Shape<'_> {
+    /// The blocks with every closed fence compiled. When checking, a compile failure is kept
+    /// and its block left out, and a fence that is not closed (reported already, its source
+    /// running on past its end) is not compiled.
     fn into_blocks(
         self,
+        parser: &Parser<'_>,
         compiler: &Compiler,
         label: impl Fn(Position) -> String,
     ) -> Result<Vec<Block>, ParseError> {
@@ -526,11 +622,17 @@ impl Shape<'_> {
                 Shaped::Prose(prose) => blocks.push(Block::Prose(prose)),
                 Shaped::Fence(fence) => {
                     let position = positions.next().unwrap_or(Position::Middle);
-                    blocks.push(Block::Lua(compiler.compile(
+                    if parser.collect && fence.end != FenceEnd::Closed {
+                        continue;
+                    }
+                    match compiler.compile(
                         label(position),
                         fence.open_line + 1,
                         fence.source.clone(),
-                    )?));
+                    ) {
+                        Ok(region) => blocks.push(Block::Lua(region)),
+                        Err(err) => parser.report(err)?,
+                    }
                 }
             }
         }

@@ -14,8 +14,14 @@
 /// One scanned piece of the body.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Item {
-    /// An ATX or setext heading. `text` is the raw inline text (markup not yet stripped).
-    Heading { level: u8, text: String, line: u32 },
+    /// An ATX or setext heading. `text` is the raw inline text (markup not yet stripped);
+    /// `column` the 1-based byte column where it starts (after its indentation).
+    Heading {
+        level: u8,
+        text: String,
+        line: u32,
+        column: u32,
+    },
     /// A line of Markdown text (prose, list markers, lines of other code fences, blank lines).
     Text { line: u32, text: String },
     /// A thematic break line (`---`, `***`, `___`, ...) that resets pending prose.
@@ -225,11 +231,19 @@ pub(crate) fn scan(lines: &[(u32, &str)]) -> Vec<Item> {
         if let Some(start) = paragraph
             && let Some(level) = setext_level(line)
         {
+            let mut column = 1;
             let text_lines: Vec<String> = items
                 .drain(start..)
                 .filter_map(|item| match item {
-                    Item::Text { text, .. } => Some(text.trim().to_owned()),
+                    Item::Text { text, .. } => Some(text),
                     _ => None,
+                })
+                .enumerate()
+                .map(|(n, text)| {
+                    if n == 0 {
+                        column = column_of(&text);
+                    }
+                    text.trim().to_owned()
                 })
                 .collect();
             let first_line = lines
@@ -239,6 +253,7 @@ pub(crate) fn scan(lines: &[(u32, &str)]) -> Vec<Item> {
                 level,
                 text: text_lines.join(" "),
                 line: first_line,
+                column,
             });
             paragraph = None;
             continue;
@@ -254,6 +269,7 @@ pub(crate) fn scan(lines: &[(u32, &str)]) -> Vec<Item> {
                 level,
                 text,
                 line: line_no,
+                column: column_of(line),
             });
             continue;
         }
@@ -309,6 +325,12 @@ pub(crate) fn scan(lines: &[(u32, &str)]) -> Vec<Item> {
     items
 }
 
+/// The 1-based byte column of a line's first non-blank character.
+fn column_of(line: &str) -> u32 {
+    let indent = line.len() - line.trim_start().len();
+    u32::try_from(indent + 1).unwrap_or(u32::MAX)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -324,7 +346,9 @@ mod tests {
         scan(&lines(src))
             .into_iter()
             .filter_map(|item| match item {
-                Item::Heading { level, text, line } => Some((level, text, line)),
+                Item::Heading {
+                    level, text, line, ..
+                } => Some((level, text, line)),
                 _ => None,
             })
             .collect()

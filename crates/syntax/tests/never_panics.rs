@@ -53,14 +53,24 @@ proptest! {
 
     #[test]
     fn arbitrary_text_never_panics(text in ".{0,400}") {
-        let _ = Prompt::parse(&text);
+        agree(&text);
     }
 
     #[test]
     fn prompt_shaped_text_never_panics(pieces in prop::collection::vec(piece(), 0..60)) {
         let text: String = pieces.concat();
-        let _ = Prompt::parse(&text);
+        agree(&text);
         let with_header = format!("---\nname: p\ndescription: d\npromptforge: 0\n---\n{text}");
-        let _ = Prompt::parse(&with_header);
+        agree(&with_header);
+    }
+}
+
+/// `check` never panics and agrees with `parse`: the same prompt when clean, and otherwise
+/// among its problems the one `parse` reports.
+fn agree(text: &str) {
+    match (Prompt::parse(text), Prompt::check(text)) {
+        (Ok(parsed), Ok(checked)) => assert_eq!(parsed, checked),
+        (Err(first), Err(problems)) => assert!(problems.contains(&first), "{first:?} {problems:?}"),
+        (parsed, checked) => panic!("parse {parsed:?} but check {checked:?}"),
     }
 }

@@ -8,7 +8,7 @@ use promptforge_engine::first_step;
 use promptforge_syntax::Prompt;
 use serde::Serialize;
 
-use crate::source::{display_location, read_prompt};
+use crate::source::{problem_location, read_prompt};
 
 #[derive(Debug, Args)]
 pub struct CheckArgs {
@@ -97,17 +97,23 @@ fn check_file(path: &Path) -> FileReport {
             };
         }
     };
-    let parsed = Prompt::parse(&text);
+    let parsed = Prompt::check(&text);
     let mut problems = Vec::new();
     match &parsed {
-        Err(err) => {
-            let location = display_location(err);
-            problems.push(Problem {
-                kind: err.kind.to_string(),
-                message: err.message.clone(),
-                line: location.map(|l| l.0),
-                column: location.map(|l| l.1),
-            });
+        Err(errors) => {
+            for err in errors {
+                let location = problem_location(err, &text);
+                problems.push(Problem {
+                    kind: err.kind.to_string(),
+                    message: err.message.clone(),
+                    line: location.map(|l| l.0),
+                    column: location.and_then(|l| l.1),
+                });
+            }
+            // In file order (a Lua diagnostic's line is read from its text), one per line.
+            let mut lines = std::collections::HashSet::new();
+            problems.retain(|p| p.line.is_none() || lines.insert(p.line));
+            problems.sort_by_key(|p| (p.line.is_some(), p.line, p.column));
         }
         Ok(prompt) => {
             // A file that parses but would be refused on its first step is still a problem.
@@ -162,6 +168,9 @@ pub fn check(args: &CheckArgs) -> ExitCode {
                         p.kind,
                         p.message
                     ),
+                    (Some(line), None) => {
+                        outln!("{}:{line}: error[{}]: {}", report.file, p.kind, p.message)
+                    }
                     _ => outln!("{}: error[{}]: {}", report.file, p.kind, p.message),
                 }
             }

@@ -517,8 +517,8 @@ fn report(args: &RunArgs, finished: &Finished, verbose: u8) -> ExitCode {
                 print_hints(args.prompt_path(), finished);
                 // A model server's failure is told by the lines above; the Lua stack that
                 // waited on it adds nothing, so it is not offered (`-v` still prints it).
-                let from_the_model = err.kind == RunErrorKind::Completion
-                    || finished.diagnosis.infrastructure;
+                let from_the_model =
+                    err.kind == RunErrorKind::Completion || finished.diagnosis.infrastructure;
                 match (&err.traceback, verbose) {
                     (Some(traceback), 1..) => errln!("{traceback}"),
                     (Some(_), 0) if !from_the_model => errln!("(-v shows the Lua traceback)"),
