@@ -456,6 +456,19 @@ impl History {
         .map_err(err)
     }
 
+    /// A run id as a user gives it: a number, or `last` for the newest run.
+    pub(crate) fn resolve(&self, id: &str) -> Result<i64, String> {
+        if id == "last" {
+            let last: Option<i64> = self
+                .conn
+                .query_row("SELECT MAX(id) FROM runs", [], |r| r.get(0))
+                .map_err(|e| format!("the run history: {e}"))?;
+            return last.ok_or_else(|| "the run history has no runs yet".to_owned());
+        }
+        id.parse()
+            .map_err(|_| format!("`{id}` is not a run id: give a number from `promptforge runs`, or `last`"))
+    }
+
     pub(crate) fn export(&self, id: i64, out: &mut dyn Write) -> Result<(), String> {
         let err = |e: rusqlite::Error| format!("the run history: {e}");
         let row: Option<(String, String, String, String)> = self
@@ -566,8 +579,9 @@ pub(crate) fn open_existing() -> Result<(History, PathBuf), String> {
 }
 
 /// Export run `id` into a temporary record file (for `replay ID`).
-pub(crate) fn export_to_temp(id: i64) -> Result<tempfile::NamedTempFile, String> {
+pub(crate) fn export_to_temp(id: &str) -> Result<tempfile::NamedTempFile, String> {
     let (history, _) = open_existing()?;
+    let id = history.resolve(id)?;
     let mut file = tempfile::NamedTempFile::new().map_err(|e| e.to_string())?;
     {
         let mut out = std::io::BufWriter::new(file.as_file_mut());

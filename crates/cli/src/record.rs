@@ -32,8 +32,12 @@ use serde::{Deserialize, Serialize};
 use crate::witness::Witness;
 use serde_json::{Value as Json, json};
 
-/// The record format's version (2: answers numbered in the order the run took them).
-pub(crate) const RECORD_VERSION: u32 = 2;
+/// The record format's version (2: answers numbered in the order the run took them; 3: the
+/// event stream reports model rounds and tool calls).
+pub(crate) const RECORD_VERSION: u32 = 3;
+
+/// The events a record before version 3 never held, left out of a replay's comparison with it.
+const EVENTS_SINCE_3: [&str; 2] = ["model_round", "tool_call"];
 
 /// The first version whose answers are numbered by the run's taking order.
 const TAKEN_ORDER: u32 = 2;
@@ -702,6 +706,21 @@ fn kind(effect: &Effect) -> &'static str {
 /// the first difference.
 pub(crate) fn compare(record: &Record, events: &[Json], outcome: &Json) -> Option<String> {
     let shown = |v: &Json| v.to_string();
+    let kept: Vec<Json>;
+    let events = if record.header.version < 3 {
+        kept = events
+            .iter()
+            .filter(|e| {
+                !e.get("event")
+                    .and_then(Json::as_str)
+                    .is_some_and(|kind| EVENTS_SINCE_3.contains(&kind))
+            })
+            .cloned()
+            .collect();
+        &kept[..]
+    } else {
+        events
+    };
     for (n, recorded) in record.events.iter().enumerate() {
         match events.get(n) {
             Some(new) if shown(new) == shown(recorded) => {}

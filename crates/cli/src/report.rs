@@ -3,7 +3,9 @@
 
 use std::process::ExitCode;
 
+use promptforge_engine::events::RoundEnd;
 use promptforge_engine::{Event, EventKind, Outcome, TaskEnding};
+use serde_json::Value as Json;
 use serde::Serialize;
 
 /// The outcome object of the CLI contract.
@@ -83,6 +85,43 @@ pub(crate) fn event_json(event: &Event) -> serde_json::Value {
             "event": "task_spawned", "id": id, "target": target, "origin": origin.as_str()
         }),
         EventKind::TaskStarted => json!({"event": "task_started"}),
+        EventKind::ModelRound {
+            section,
+            model,
+            model_id,
+            end,
+        } => {
+            let mut value = json!({
+                "event": "model_round", "section": section, "model": model, "model_id": model_id
+            });
+            let fields = match end {
+                RoundEnd::Reply {
+                    finish_reason,
+                    prompt_tokens,
+                    completion_tokens,
+                    tool_calls,
+                } => json!({
+                    "finish_reason": finish_reason,
+                    "prompt_tokens": prompt_tokens,
+                    "completion_tokens": completion_tokens,
+                    "tool_calls": tool_calls,
+                }),
+                RoundEnd::Overflow => json!({"finish_reason": "overflow"}),
+                RoundEnd::Failed { kind } => json!({"error": kind}),
+            };
+            if let (Some(map), Json::Object(fields)) = (value.as_object_mut(), fields) {
+                map.extend(fields);
+            }
+            value
+        }
+        EventKind::ToolCall {
+            section,
+            tool,
+            via,
+            ok,
+        } => json!({
+            "event": "tool_call", "section": section, "tool": tool, "via": via.as_str(), "ok": ok
+        }),
         EventKind::TaskEnded { ending } => {
             let (state, reason) = match ending {
                 TaskEnding::Succeeded => ("succeeded", None),

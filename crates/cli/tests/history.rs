@@ -289,3 +289,79 @@ fn a_history_that_cannot_be_written_is_still_read() {
     assert_eq!(code, Some(0), "{stderr}");
     assert!(record.contains("Ada"), "{record}");
 }
+
+const LOOP: &str = "---\nname: loop\ndescription: d\npromptforge: 0\nmodels:\n  agent: {}\n---\n\n# Loop\n\n## Main\n\n```lua\nmodels.use('agent')\ntools.add_local('lookup', 'Look up', { topic = 'string' }, function(a) return 'facts ' .. a.topic end)\nlocal msgs = messages.new():user('go')\nmodels.loop(msgs)\nreturn msgs[#msgs].content\n```\n";
+
+const LOOP_SCRIPT: &str = r#"{"model":{"id":"scripted"},"replies":[{"tool_calls":[{"id":"c1","name":"lookup","arguments":{"topic":"x"}}]},"all done"]}"#;
+
+#[test]
+fn rounds_and_tool_calls_are_events_and_a_round_can_be_read_back() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("loop.md"), LOOP).unwrap();
+    std::fs::write(dir.path().join("loop.json"), LOOP_SCRIPT).unwrap();
+    let run = ["run", "loop.md", "--script", "loop.json", "--events"];
+    let (code, first, stderr) = out(dir.path(), &run);
+    assert_eq!(code, Some(0), "{stderr}");
+    let events: Vec<Value> = first
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let kinds: Vec<&str> = events.iter().filter_map(|e| e["event"].as_str()).collect();
+    let at = |kind: &str| kinds.iter().position(|k| *k == kind).unwrap();
+    // The round, then the tool call it asked for, then the final round.
+    assert!(at("model_round") < at("tool_call"), "{first}");
+    assert_eq!(kinds.iter().filter(|k| **k == "model_round").count(), 2);
+    let round = &events[at("model_round")];
+    assert_eq!(round["model"], "agent");
+    assert_eq!(round["model_id"], "scripted");
+    assert_eq!(round["finish_reason"], "tool_calls");
+    assert_eq!(round["tool_calls"], 1);
+    assert_eq!(round["section"], "Main");
+    assert_eq!(round["task"], "0");
+    let call = &events[at("tool_call")];
+    assert_eq!(
+        (&call["tool"], &call["via"], &call["ok"]),
+        (&Value::from("lookup"), &Value::from("local"), &Value::from(true))
+    );
+    // No wall-clock figure in any event: the same answers give the same stream.
+    assert!(
+        !first.contains("_ms") && !first.contains("\"t\""),
+        "{first}"
+    );
+    let (_, again, _) = out(dir.path(), &run);
+    assert_eq!(first, again);
+
+    // `last` names the newest run; --round prints one round's conversation.
+    let (code, text, stderr) = out(dir.path(), &["runs", "show", "last", "--round", "2"]);
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(text.contains("model round 2 of 2"), "{text}");
+    assert!(text.contains("tools offered: lookup"), "{text}");
+    assert!(text.contains("→ call lookup {\"topic\":\"x\"} (id c1)"), "{text}");
+    assert!(text.contains("[tool c1]\n    facts x"), "{text}");
+    assert!(text.contains("reply (finish stop):\n  [assistant]\n    all done"), "{text}");
+    let (_, json, _) = out(dir.path(), &["runs", "show", "last", "--round", "1", "--json"]);
+    let round: Value = serde_json::from_str(&json).unwrap();
+    assert_eq!(round["messages"][0]["content"], "go");
+    assert_eq!(round["reply"]["tool_calls"][0]["name"], "lookup");
+    let (_, json, _) = out(dir.path(), &["runs", "show", "last", "--json"]);
+    let shown: Value = serde_json::from_str(&json).unwrap();
+    assert_eq!(shown["outcome"]["result"], "all done");
+    assert_eq!(shown["rounds"].as_array().unwrap().len(), 2);
+    assert!(
+        shown["timeline"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|l| l["text"].as_str().unwrap().contains("tool call lookup (local)")),
+        "{json}"
+    );
+    let (code, _, stderr) = out(dir.path(), &["runs", "show", "last", "--round", "3"]);
+    assert_eq!(code, Some(1));
+    assert!(
+        stderr.contains("has 2 model rounds; --round takes 1 to 2"),
+        "{stderr}"
+    );
+    let (code, _, stderr) = out(dir.path(), &["replay", "last"]);
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(stderr.contains("identical to the record"), "{stderr}");
+}

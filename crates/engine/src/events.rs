@@ -88,6 +88,61 @@ impl AbandonReason {
     }
 }
 
+/// How a model round ended, as its event reports it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RoundEnd {
+    /// A reply: its finish reason, the provider's token counts, and how many tool calls.
+    Reply {
+        /// The finish reason (`stop`, `tool_calls`, `length`, ...), when the provider gave one.
+        finish_reason: Option<String>,
+        /// Input tokens, as the provider reported them.
+        prompt_tokens: Option<u64>,
+        /// Output tokens, as the provider reported them.
+        completion_tokens: Option<u64>,
+        /// The number of tool calls in the reply.
+        tool_calls: usize,
+    },
+    /// The provider refused the request as too large for the context window.
+    Overflow,
+    /// The round failed with this error kind.
+    Failed {
+        /// The error value's kind.
+        kind: String,
+    },
+}
+
+/// What ran a tool call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ToolVia {
+    /// A `tools.add_local` handler, in the section's VM.
+    Local,
+    /// A bound tool slot, through the Host.
+    Bound,
+    /// A task built-in the model called (`task`, `task_wait`, ...).
+    Task,
+}
+
+impl ToolVia {
+    /// `local`, `bound` or `task`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ToolVia::Local => "local",
+            ToolVia::Bound => "bound",
+            ToolVia::Task => "task",
+        }
+    }
+
+    /// The tag's value, if it is one.
+    pub fn from_name(name: &str) -> Option<Self> {
+        match name {
+            "local" => Some(ToolVia::Local),
+            "bound" => Some(ToolVia::Bound),
+            "task" => Some(ToolVia::Task),
+            _ => None,
+        }
+    }
+}
+
 /// What an event reports.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum EventKind {
@@ -165,6 +220,30 @@ pub enum EventKind {
     },
     /// A task was admitted and started running (the event's `task` is the task).
     TaskStarted,
+    /// A model round's answer reached the section that asked for it (in the run's committed
+    /// order, so the stream is the same however fast answers arrive; no timings).
+    ModelRound {
+        /// The section whose code made the round.
+        section: String,
+        /// The role label (or the model id of a `models.get` id handle).
+        model: String,
+        /// The catalog model id the round ran on.
+        model_id: String,
+        /// How the round ended.
+        end: RoundEnd,
+    },
+    /// A tool call ended: a local tool's handler returned or raised, a bound tool answered,
+    /// or a task built-in the model called returned.
+    ToolCall {
+        /// The section whose code (or model) made the call.
+        section: String,
+        /// The alias or built-in name.
+        tool: String,
+        /// What ran it.
+        via: ToolVia,
+        /// Whether it succeeded.
+        ok: bool,
+    },
     /// A task ended (the event's `task` is the task); recorded exactly once per task.
     TaskEnded {
         /// How.

@@ -26,6 +26,7 @@ pub mod outcome;
 pub mod prepare;
 pub mod protocol;
 pub use promptforge_protocol::store as store_path;
+mod report;
 mod requests;
 pub mod run;
 mod scheduler;

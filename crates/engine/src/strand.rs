@@ -96,6 +96,18 @@ pub(crate) struct Entry {
     /// A suspended call not dispatched yet: the strand ran ahead to it, and it waits for the
     /// committed order to reach it.
     pub(crate) pending: Option<Box<Request>>,
+    /// The model round or bound tool call the entry waits on, reported when its answer is
+    /// delivered.
+    pub(crate) awaiting: Option<Awaiting>,
+}
+
+/// A model round or bound tool call an entry waits on, for its event.
+#[derive(Debug, Clone)]
+pub(crate) enum Awaiting {
+    /// A model round on this model.
+    Round { model: String, model_id: String },
+    /// A bound tool call by this alias.
+    Tool { alias: String },
 }
 
 impl Entry {

@@ -30,7 +30,8 @@ use crate::source::read_prompt;
 
 #[derive(Debug, Args)]
 pub struct ReplayArgs {
-    /// The record written by `run --record FILE`, or a run's id in the history.
+    /// The record written by `run --record FILE`, or a run's id in the history (`last`: the
+    /// newest run).
     #[arg(value_name = "RECORD|ID")]
     record: PathBuf,
     /// Replay this prompt file instead of the recorded one (an edited version).
@@ -62,9 +63,13 @@ pub fn replay(args: &ReplayArgs, _ui: Ui) -> ExitCode {
 }
 
 fn replay_inner(args: &ReplayArgs) -> Result<ExitCode, String> {
-    // A run id of the history, unless a file of that name exists.
-    let exported = match args.record.to_str().and_then(|s| s.parse::<i64>().ok()) {
-        Some(id) if !args.record.exists() => Some(crate::history::export_to_temp(id)?),
+    // A run id of the history (a number, or `last`), unless a file of that name exists.
+    let exported = match args.record.to_str() {
+        Some(id)
+            if !args.record.exists() && (id == "last" || id.parse::<i64>().is_ok()) =>
+        {
+            Some(crate::history::export_to_temp(id)?)
+        }
         _ => None,
     };
     let record = match &exported {

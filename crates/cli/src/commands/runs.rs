@@ -25,18 +25,25 @@ pub struct RunsArgs {
 
 #[derive(Debug, Subcommand)]
 enum RunsCommand {
-    /// One run: its outcome, and a timeline of its sections, tasks and rounds.
+    /// One run: its outcome, and a timeline of its sections, tasks, rounds and tool calls.
     Show {
-        /// The run's id (from `promptforge runs`).
-        id: i64,
+        /// The run's id (from `promptforge runs`), or `last`.
+        id: String,
+        /// Print the conversation of one model round (1 for the first, in the order the run
+        /// made them): the messages sent, the tools offered, and the reply.
+        #[arg(long, value_name = "N")]
+        round: Option<usize>,
+        /// Print as one JSON object instead of text.
+        #[arg(long)]
+        json: bool,
         /// Also write the run's timeline as a self-contained HTML page.
         #[arg(long, value_name = "FILE")]
         html: Option<PathBuf>,
     },
     /// Write a run's record (what `run --record` writes), for `promptforge replay`.
     Export {
-        /// The run's id.
-        id: i64,
+        /// The run's id, or `last`.
+        id: String,
         /// Write it here instead of stdout.
         #[arg(long, value_name = "FILE")]
         out: Option<PathBuf>,
@@ -88,22 +95,52 @@ fn runs_inner(args: &RunsArgs) -> Result<(), String> {
             }
             Ok(())
         }
-        Some(RunsCommand::Export { id, out }) => match out {
-            Some(file) => {
-                let mut tmp = std::io::BufWriter::new(
-                    std::fs::File::create(file).map_err(|e| format!("{}: {e}", file.display()))?,
-                );
-                history.export(*id, &mut tmp)?;
-                tmp.flush().map_err(|e| e.to_string())
+        Some(RunsCommand::Export { id, out }) => {
+            let id = history.resolve(id)?;
+            match out {
+                Some(file) => {
+                    let mut tmp = std::io::BufWriter::new(
+                        std::fs::File::create(file)
+                            .map_err(|e| format!("{}: {e}", file.display()))?,
+                    );
+                    history.export(id, &mut tmp)?;
+                    tmp.flush().map_err(|e| e.to_string())
+                }
+                None => history.export(id, &mut crate::ui::QuietStdout),
             }
-            None => history.export(*id, &mut crate::ui::QuietStdout),
-        },
-        Some(RunsCommand::Show { id, html }) => show(&history, *id, html.as_deref()),
+        }
+        Some(RunsCommand::Show {
+            id,
+            round,
+            json,
+            html,
+        }) => {
+            let id = history.resolve(id)?;
+            let shown = Shown { round: *round, json: *json };
+            show(&history, id, shown, html.as_deref())
+        }
     }
 }
 
-/// `runs show ID`: the outcome and a timeline.
-fn show(history: &History, id: i64, html: Option<&Path>) -> Result<(), String> {
+/// How `runs show` prints.
+#[derive(Debug, Clone, Copy)]
+struct Shown {
+    /// One round's conversation instead of the timeline.
+    round: Option<usize>,
+    json: bool,
+}
+
+/// One model round of a record: its effect, the task that made it, its request, and its
+/// answer (`{"value": reply}` or `{"error": ...}`) once taken.
+struct Round {
+    effect: u64,
+    task: String,
+    request: Json,
+    answer: Option<Json>,
+}
+
+/// `runs show ID`: the outcome and a timeline, or one round's conversation.
+fn show(history: &History, id: i64, shown: Shown, html: Option<&Path>) -> Result<(), String> {
     let mut record = Vec::new();
     history.export(id, &mut record)?;
     // (time, 0 for an event and 1 for an effect, so a section shows before its calls, text).
@@ -115,6 +152,7 @@ fn show(history: &History, id: i64, html: Option<&Path>) -> Result<(), String> {
     let mut open_bands: std::collections::BTreeMap<String, usize> = Default::default();
     let mut bar_at: std::collections::BTreeMap<u64, usize> = Default::default();
     let mut outcome = Json::Null;
+    let mut rounds: Vec<Round> = Vec::new();
     for line in record.split(|b| *b == b'\n').filter(|l| !l.is_empty()) {
         let Ok(value) = serde_json::from_slice::<Json>(line) else {
             continue;
@@ -138,11 +176,22 @@ fn show(history: &History, id: i64, html: Option<&Path>) -> Result<(), String> {
                 request: value["request"]["request"].clone(),
                 answer: None,
             });
+            if kind == "model_round" {
+                rounds.push(Round {
+                    effect,
+                    task: value["task"].as_str().unwrap_or("0").to_owned(),
+                    request: value["request"]["request"].clone(),
+                    answer: None,
+                });
+            }
             requests.insert(effect, (kind, value["request"]["request"].clone(), t));
         } else if let Some(effect) = value["answer"].as_u64() {
             if let Some(&at) = bar_at.get(&effect) {
                 timeline.bars[at].end_ms = Some(t);
                 timeline.bars[at].answer = Some(value["value"].clone());
+            }
+            if let Some(round) = rounds.iter_mut().find(|r| r.effect == effect) {
+                round.answer = Some(value["value"].clone());
             }
             let Some((kind, request, issued)) = requests.get(&effect) else {
                 continue;
@@ -161,8 +210,12 @@ fn show(history: &History, id: i64, html: Option<&Path>) -> Result<(), String> {
                         String::new()
                     };
                     let failed = value["value"].get("error").is_some();
+                    let task = rounds
+                        .iter()
+                        .find(|r| r.effect == effect)
+                        .map_or("0", |r| r.task.as_str());
                     format!(
-                        "model round {effect} ({} messages){}: {}{tokens}",
+                        "[task {task}] model round {effect} ({} messages){}: {}{tokens}",
                         request["messages"].as_array().map_or(0, Vec::len),
                         if failed { " failed" } else { "" },
                         crate::ui::duration_text(std::time::Duration::from_millis(took))
@@ -230,6 +283,15 @@ fn show(history: &History, id: i64, html: Option<&Path>) -> Result<(), String> {
                     event["target"].as_str().unwrap_or("")
                 ),
                 "task_ended" => format!("task_ended {}", event["ending"].as_str().unwrap_or("")),
+                "tool_call" => format!(
+                    "tool call {} ({}) in `{}`{}",
+                    event["tool"].as_str().unwrap_or(""),
+                    event["via"].as_str().unwrap_or(""),
+                    event["section"].as_str().unwrap_or(""),
+                    if event["ok"] == Json::Bool(false) { ": failed" } else { "" }
+                ),
+                // The round's own line (from its effect) says more, with its timing.
+                "model_round" => continue,
                 "block_started"
                 | "block_succeeded"
                 | "block_failed"
@@ -248,6 +310,38 @@ fn show(history: &History, id: i64, html: Option<&Path>) -> Result<(), String> {
     let Some(header) = header else {
         return Err(format!("run {id} has no header"));
     };
+    if let Some(n) = shown.round {
+        let Some(round) = n.checked_sub(1).and_then(|i| rounds.get(i)) else {
+            return Err(format!(
+                "run {id} has {}; --round takes 1 to {}",
+                crate::ui::plural(rounds.len() as u64, "model round"),
+                rounds.len()
+            ));
+        };
+        if shown.json {
+            outln!("{}", round_json(n, round));
+        } else {
+            print_round(id, n, rounds.len(), round);
+        }
+        return Ok(());
+    }
+    lines.sort_by_key(|(t, rank, _)| (*t, *rank));
+    if shown.json {
+        let value = json!({
+            "id": id,
+            "prompt": header.prompt.path,
+            "started_at": header.when,
+            "seed": header.seed,
+            "model": header.host.model.as_ref().map(|m| m.id.clone()),
+            "args": header.args,
+            "outcome": outcome,
+            "timeline": lines.iter().map(|(t, _, text)| json!({"t_ms": t, "text": text})).collect::<Vec<_>>(),
+            "rounds": rounds.iter().enumerate().map(|(i, r)| round_json(i + 1, r)).collect::<Vec<_>>(),
+            "files": files,
+        });
+        outln!("{value}");
+        return Ok(());
+    }
     outln!("run {id}: {}", header.prompt.path.display());
     outln!(
         "  started {}  seed {}  model {}",
@@ -269,7 +363,6 @@ fn show(history: &History, id: i64, html: Option<&Path>) -> Result<(), String> {
         None => outln!("  (no outcome recorded)"),
     }
     outln!("timeline:");
-    lines.sort_by_key(|(t, rank, _)| (*t, *rank));
     for (t, _, text) in lines {
         outln!(
             "  +{:>7}  {text}",
@@ -304,4 +397,106 @@ fn show(history: &History, id: i64, html: Option<&Path>) -> Result<(), String> {
         outln!("timeline written to {}", path.display());
     }
     Ok(())
+}
+
+/// A round as `runs show --json` prints it: the request as sent (model, messages, tools) and
+/// the answer as taken.
+fn round_json(n: usize, round: &Round) -> Json {
+    json!({
+        "round": n,
+        "effect": round.effect,
+        "task": round.task,
+        "model": round.request["model"],
+        "messages": round.request["messages"],
+        "tools": round.request["tools"],
+        "reply": round.answer.as_ref().and_then(|a| a.get("value")),
+        "error": round.answer.as_ref().and_then(|a| a.get("error")),
+    })
+}
+
+/// One round's conversation for people: each message sent, the tools offered, the reply.
+fn print_round(id: i64, n: usize, of: usize, round: &Round) {
+    let model = &round.request["model"];
+    outln!(
+        "run {id}, model round {n} of {of} (effect {}, task {}): {} on {}",
+        round.effect,
+        round.task,
+        model["name"].as_str().unwrap_or(""),
+        model["model_id"].as_str().unwrap_or("")
+    );
+    let tools: Vec<&str> = round.request["tools"]
+        .as_array()
+        .map(|tools| tools.iter().filter_map(|t| t["name"].as_str()).collect())
+        .unwrap_or_default();
+    if !tools.is_empty() {
+        outln!("tools offered: {}", tools.join(", "));
+    }
+    outln!("sent:");
+    for message in round.request["messages"].as_array().into_iter().flatten() {
+        let role = message["role"].as_str().unwrap_or("?");
+        let role = match message["tool_call_id"].as_str() {
+            Some(call) => format!("{role} {call}"),
+            None => role.to_owned(),
+        };
+        print_message(&role, message);
+    }
+    match &round.answer {
+        None => outln!("no answer recorded (the run ended first)"),
+        Some(answer) => match (answer.get("value"), answer.get("error")) {
+            (Some(reply), _) if reply.get("overflow").is_some() => {
+                outln!("reply: the provider refused the request as too long for the context")
+            }
+            (Some(reply), _) => {
+                let usage = &reply["usage"];
+                let tokens = if usage.is_object() {
+                    format!(
+                        ", {} in / {} out tokens",
+                        usage["prompt_tokens"], usage["completion_tokens"]
+                    )
+                } else {
+                    String::new()
+                };
+                outln!(
+                    "reply (finish {}{tokens}):",
+                    reply["finish_reason"].as_str().unwrap_or("unknown")
+                );
+                print_message("assistant", reply);
+            }
+            (None, Some(error)) => outln!(
+                "failed ({}): {}",
+                error["kind"].as_str().unwrap_or(""),
+                error["message"].as_str().unwrap_or("")
+            ),
+            (None, None) => outln!("reply: {answer}"),
+        },
+    }
+}
+
+/// A message's text (content parts joined, images named) and its tool calls, indented.
+fn print_message(role: &str, message: &Json) {
+    let text = match &message.get("content").or(message.get("text")) {
+        Some(Json::String(text)) => text.clone(),
+        Some(Json::Array(parts)) => parts
+            .iter()
+            .map(|part| match part["type"].as_str() {
+                Some("text") => part["text"].as_str().unwrap_or("").to_owned(),
+                Some(other) => format!("[{other}]"),
+                None => String::new(),
+            })
+            .collect::<Vec<_>>()
+            .join("\n"),
+        _ => String::new(),
+    };
+    outln!("  [{role}]");
+    for line in text.lines() {
+        outln!("    {line}");
+    }
+    for call in message["tool_calls"].as_array().into_iter().flatten() {
+        outln!(
+            "    → call {} {} (id {})",
+            call["name"].as_str().unwrap_or(""),
+            call["arguments"],
+            call["id"].as_str().unwrap_or("")
+        );
+    }
 }

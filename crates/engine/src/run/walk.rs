@@ -144,6 +144,7 @@ impl Run {
             model_tasks,
             notices,
             pending: None,
+            awaiting: None,
         }))
     }
 
@@ -265,15 +266,14 @@ impl Run {
                 Some(request) => BlockStep::Suspended(request),
                 None => {
                     let answer = entry.answer.take();
+                    if let (Some(awaiting), Some(answer)) = (entry.awaiting.take(), &answer) {
+                        let kind = crate::report::answered(&entry.name, awaiting, answer);
+                        self.event(&s.task, kind);
+                    }
                     let step = entry.vm.resume(answer);
-                    for message in entry.vm.take_logs() {
-                        self.event(
-                            &s.task,
-                            EventKind::Log {
-                                section: entry.name.clone(),
-                                message,
-                            },
-                        );
+                    for report in entry.vm.take_reports() {
+                        let kind = crate::report::of_vm(&entry.name, report);
+                        self.event(&s.task, kind);
                     }
                     // A recorded jump wins over however the block ended (pcall cannot cancel
                     // it).
@@ -305,6 +305,7 @@ impl Run {
             match step {
                 BlockStep::Suspended(request) => match self.dispatch(s, &mut entry, &request) {
                     Ok(super::dispatch::Dispatch::Effect(effect)) => {
+                        entry.awaiting = crate::report::awaiting(&effect);
                         let (id, work) = if self.ahead.is_some() {
                             let issued = self.effects.issue_ahead(s.id, effect, s.held);
                             self.ahead_issued.push(issued.0);

@@ -224,8 +224,13 @@ local function run_handler(l, args)
   local results = table_pack(pcall(l.handler, fresh))
   handler_depth = handler_depth - 1
   P.handler_depth = handler_depth
+  local text, message
+  if results[1] then text, message = host('scalar_text', results[2]) end
+  -- The event stream reports the call (a cancel or jump in flight reports nothing).
+  if not P.control_pending() then
+    host('tool_report', l.alias, 'local', results[1] and message == nil)
+  end
   if not results[1] then error(results[2], 0) end
-  local text, message = host('scalar_text', results[2])
   if message then raise(message) end
   return text
 end
@@ -258,7 +263,9 @@ M.tool_object = tool_object
 M.answer_call = function(name, args)
   -- A task built-in always reaches the Engine, before any alias is looked up.
   if ENGINE_TOOLS[name] and allowed ~= nil then
-    return P.module('tasks').model_tool(name, args, allowed)
+    local text = P.module('tasks').model_tool(name, args, allowed)
+    host('tool_report', name, 'task', true)
+    return text
   end
   count_call(name)
   local l = local_by_alias[name]

@@ -289,6 +289,22 @@ pub enum FailureKind {
     Run(RunErrorKind),
 }
 
+/// Something a section's code reported while it ran, for the run's event stream.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum VmReport {
+    /// A `log` checkpoint, verbatim.
+    Log(String),
+    /// A tool call that ended in the VM: a local handler, or a task built-in the model called.
+    Tool {
+        /// The alias or built-in name.
+        name: String,
+        /// `local` or `task`.
+        via: String,
+        /// Whether it succeeded.
+        ok: bool,
+    },
+}
+
 /// A failure that left a block, the shared library load, or a read-back.
 #[derive(Debug, Clone, PartialEq)]
 pub struct LuaFailure {
@@ -369,7 +385,7 @@ struct Shared {
     args: String,
     log_events_left: u32,
     log_bytes_left: u64,
-    logs: Vec<String>,
+    reports: Vec<VmReport>,
     visible: VisibleSet,
     snapshot: Option<Json>,
     cancel: Arc<AtomicBool>,
@@ -510,7 +526,7 @@ impl SectionVm {
             args: cfg.args.clone(),
             log_events_left: cfg.log_events,
             log_bytes_left: u64::from(cfg.log_events) * LOG_BYTES_PER_EVENT,
-            logs: Vec::new(),
+            reports: Vec::new(),
             visible: cfg.visible.clone(),
             snapshot: cfg.snapshot.clone(),
             cancel: cfg.cancel.clone(),
@@ -940,9 +956,10 @@ impl SectionVm {
         })
     }
 
-    /// Take the log checkpoints recorded since the last call.
-    pub fn take_logs(&mut self) -> Vec<String> {
-        std::mem::take(&mut self.shared.borrow_mut().logs)
+    /// Take what the section's code reported since the last call (`log` checkpoints and tool
+    /// calls that ended in the VM), in the order it happened.
+    pub fn take_reports(&mut self) -> Vec<VmReport> {
+        std::mem::take(&mut self.shared.borrow_mut().reports)
     }
 
     /// Whether this VM runs the H1 pass.
@@ -1042,7 +1059,7 @@ fn check_log(st: &mut Shared, count: usize, message: &Value) -> (Option<String>,
         );
     }
     st.log_bytes_left -= bytes;
-    st.logs.push(text);
+    st.reports.push(VmReport::Log(text));
     (None, None)
 }
 
@@ -1695,7 +1712,10 @@ mod tests {
     fn log_rules_and_quota() {
         let (step, mut vm) = run(config(false), "log('one') log('two')", "");
         assert_eq!(step, BlockStep::Finished(None));
-        assert_eq!(vm.take_logs(), vec!["one", "two"]);
+        assert_eq!(
+            vm.take_reports(),
+            vec![VmReport::Log("one".into()), VmReport::Log("two".into())]
+        );
         assert!(
             failure("log()")
                 .message

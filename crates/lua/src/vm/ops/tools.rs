@@ -9,7 +9,25 @@ pub(super) const OPS: &[(&str, Op)] = &[
     ("tools_always_list", tools_always_list),
     ("first_tool_call", first_tool_call),
     ("untrusted", untrusted),
+    ("tool_report", tool_report),
 ];
+
+/// A tool call that ended in the VM, for the event stream: `(name, via, ok)`.
+fn tool_report(call: Call<'_>) -> mlua::Result<MultiValue> {
+    let Call {
+        s,
+        args: [a, b, c, _],
+        ..
+    } = call;
+    if let (Value::String(name), Value::String(via)) = (&a, &b) {
+        s.borrow_mut().reports.push(vm::VmReport::Tool {
+            name: name.to_string_lossy(),
+            via: via.to_string_lossy(),
+            ok: matches!(c, Value::Boolean(true)),
+        });
+    }
+    Ok(MultiValue::new())
+}
 
 fn tools_always(call: Call<'_>) -> mlua::Result<MultiValue> {
     let Call {
