@@ -329,8 +329,8 @@ fn repeats_are_independent_samples_with_a_pass_rate() {
 #[test]
 fn runs_a_stopped_batch_cut_short_are_no_results_and_resume_runs_them() {
     let (server, _) = server();
-    // Ten good inputs, then a line that is not an input: reading it stops the batch while
-    // runs are in flight. Those runs did not finish: they must not be written as results.
+    // Ten good inputs, then a line that is not an input: the inputs are read before any run,
+    // so the batch stops with nothing run and nothing written as a result.
     let good: String = (0..10)
         .map(|k| format!("{{\"args\": \"n{k}\"}}\n"))
         .collect();
@@ -497,4 +497,51 @@ fn resume_never_cuts_a_file_that_is_not_results() {
         std::fs::read_to_string(dir.path().join("notes.txt")).unwrap(),
         "my notes, no newline"
     );
+}
+
+#[test]
+fn every_bad_input_line_is_found_before_any_run_and_declared_defaults_are_filled() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("typed.md"),
+        "---\nname: typed\ndescription: d\npromptforge: 0\nargs:\n  topic:\n    type: string\n  words:\n    type: integer\n    optional: true\n    default: 100\n---\n\n# Typed\n\n## Echo\n\n```lua\nreturn argv.topic .. '/' .. tostring(argv.words) .. '/' .. tostring(argv.extra)\n```\n",
+    )
+    .unwrap();
+    let run = |inputs: &str| {
+        std::fs::write(dir.path().join("inputs.jsonl"), inputs).unwrap();
+        let output = promptforge(dir.path())
+            .args(["batch", "typed.md", "--inputs", "inputs.jsonl"])
+            .output()
+            .unwrap();
+        (
+            output.status.code(),
+            String::from_utf8_lossy(&output.stdout).into_owned(),
+            String::from_utf8_lossy(&output.stderr).into_owned(),
+        )
+    };
+    let (code, stdout, stderr) = run(concat!(
+        "{\"arg\":{\"topic\":\"a\"}}\n",
+        "{\"arg\":{\"topic\":\"b\"},\"matches\":\"(\"}\n",
+        "{\"arg\":{\"words\":2}}\n",
+        "{\"arg\":{\"topic\":\"d\",\"words\":\"many\"}}\n",
+    ));
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(stdout.is_empty(), "nothing ran: {stdout}");
+    for want in [
+        "inputs.jsonl:2: matches \"(\" is not a regular expression",
+        "inputs.jsonl:3: arg: argument `topic` (string) is required and was not given",
+        "inputs.jsonl:4: arg: argument `words` is declared as integer, and \"many\" is not one",
+    ] {
+        assert!(stderr.contains(want), "missing {want:?} in {stderr}");
+    }
+    assert!(!stderr.contains("inputs.jsonl:1:"), "{stderr}");
+    // Defaults are filled; fields beyond the declaration pass; a raw `args` string is untouched.
+    let (code, stdout, stderr) = run(concat!(
+        "{\"arg\":{\"topic\":\"a\",\"extra\":1}}\n",
+        "{\"args\":\"{\\\"topic\\\":\\\"b\\\"}\"}\n",
+    ));
+    assert_eq!(code, Some(0), "{stderr}");
+    let results: Vec<Value> = stdout.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    assert_eq!(results[0]["outcome"]["result"], "a/100/1");
+    assert_eq!(results[1]["outcome"]["result"], "b/nil/nil");
 }

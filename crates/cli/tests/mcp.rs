@@ -238,6 +238,32 @@ fn the_inspector_lists_the_prompts_as_tools_and_a_call_returns_the_result() {
     );
     assert_eq!(called["result"]["isError"], false);
 
+    // The server fills a declared default and allows fields beyond the declaration; a
+    // required arg left out is a tool error naming it, and nothing runs.
+    let defaulted = inspector(
+        &tools,
+        &history,
+        &server,
+        &["tools/call", "--tool-name", "greet", "--tool-arg", "who=Ada", "mood=glad"],
+    );
+    assert!(defaulted.status.success(), "{}", text(&defaulted.stderr));
+    assert_eq!(
+        result_json(&defaulted)["result"]["content"][0]["text"],
+        "hello Ada! "
+    );
+    let missing = inspector(
+        &tools,
+        &history,
+        &server,
+        &["tools/call", "--tool-name", "greet", "--tool-arg", "times=2"],
+    );
+    let missing = result_json(&missing);
+    assert_eq!(missing["result"]["isError"], true, "{missing}");
+    assert_eq!(
+        missing["result"]["content"][0]["text"],
+        "argument `who` (string) is required and was not given"
+    );
+
     // A failed run is a tool error naming its run error kind (the Inspector exits 5).
     let failed = inspector(
         &tools,
@@ -278,7 +304,7 @@ fn the_inspector_lists_the_prompts_as_tools_and_a_call_returns_the_result() {
 
     // Every call is a run in the history.
     let runs = history_outcomes(dir.path());
-    assert_eq!(runs.len(), 3, "{runs:?}");
+    assert_eq!(runs.len(), 4, "{runs:?}");
     assert!(
         runs.iter()
             .any(|(p, o)| p.ends_with("broken.md") && o == "failed")

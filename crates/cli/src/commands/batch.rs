@@ -22,6 +22,7 @@ use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use promptforge_engine::{Outcome, Run, RunContext, RunErrorKind};
 use promptforge_harness::store::Store;
 use promptforge_syntax::Prompt;
+use promptforge_syntax::frontmatter::ArgsDecl;
 use serde::{Deserialize, Serialize};
 use serde_json::Value as Json;
 
@@ -603,18 +604,70 @@ impl Writer {
     }
 }
 
-/// Count the inputs (non-blank lines) of a file, streaming.
-fn count_inputs(path: &Path) -> Result<u64, String> {
+/// How many problems of an inputs file are listed before the rest are only counted.
+const INPUT_PROBLEMS_SHOWN: usize = 20;
+
+/// Read every input line before the first run (streaming, one line at a time) and count
+/// them: a line that is not an input, gives both `args` and `arg`, has a `matches` pattern
+/// that is not a regular expression, or whose `arg` object the declaration refuses (see
+/// [`complete_args`](crate::describe::complete_args)) is found now, all of them at once, not
+/// after the model calls of the lines before it.
+fn scan_inputs(path: &Path, decl: &ArgsDecl) -> Result<u64, String> {
     let file =
         std::fs::File::open(path).map_err(|e| format!("--inputs {}: {e}", path.display()))?;
     let mut count = 0;
-    for line in BufReader::new(file).lines() {
+    let mut problems = Vec::new();
+    let mut more = 0usize;
+    for (n, line) in BufReader::new(file).lines().enumerate() {
         let line = line.map_err(|e| format!("--inputs {}: {e}", path.display()))?;
-        if !line.trim().is_empty() {
-            count += 1;
+        if line.trim().is_empty() {
+            continue;
+        }
+        count += 1;
+        let at = format!("{}:{}", path.display(), n + 1);
+        let found = match parse_input(&line, decl) {
+            Ok(input) => input
+                .matches
+                .iter()
+                .flat_map(OneOrMany::items)
+                .find_map(|pattern| {
+                    regex::Regex::new(pattern).err().map(|e| {
+                        format!("matches {pattern:?} is not a regular expression: {e}")
+                    })
+                }),
+            Err(problem) => Some(problem),
+        };
+        if let Some(problem) = found {
+            if problems.len() < INPUT_PROBLEMS_SHOWN {
+                problems.push(format!("{at}: {problem}"));
+            } else {
+                more += 1;
+            }
         }
     }
-    Ok(count)
+    if problems.is_empty() {
+        return Ok(count);
+    }
+    if more > 0 {
+        problems.push(format!("... and {}", crate::ui::plural(more as u64, "more line")));
+    }
+    Err(format!(
+        "the inputs file has problems; nothing ran:\n{}",
+        problems.join("\n")
+    ))
+}
+
+/// One input line, its `arg` object completed by the prompt's declaration.
+fn parse_input(line: &str, decl: &ArgsDecl) -> Result<InputLine, String> {
+    let mut input: InputLine =
+        serde_json::from_str(line).map_err(|e| format!("not an input line: {e}"))?;
+    if input.args.is_some() && input.arg.is_some() {
+        return Err("give `args` (a string) or `arg` (an object), not both".to_owned());
+    }
+    if let Some(object) = &mut input.arg {
+        crate::describe::complete_args(decl, object).map_err(|e| format!("arg: {e}"))?;
+    }
+    Ok(input)
 }
 
 pub fn batch(args: &BatchArgs, ui: Ui) -> ExitCode {
@@ -664,7 +717,9 @@ fn batch_inner(args: &BatchArgs, ui: Ui) -> Result<ExitCode, String> {
         None => !args.retry_errors || args.resume,
     };
 
-    let total_inputs = count_inputs(&args.inputs)?;
+    let total_inputs = scan_inputs(&args.inputs, &prompt.frontmatter.args)?;
+    let declared = prompt.frontmatter.args.clone();
+    let prompt = Arc::new(prompt);
     let in_shard = |index: u64| shard.is_none_or(|(i, n)| index % n == i);
     let planned: u64 = (0..total_inputs)
         .filter(|&index| in_shard(index))
@@ -697,7 +752,7 @@ fn batch_inner(args: &BatchArgs, ui: Ui) -> Result<ExitCode, String> {
         shard: args.shard.clone(),
         mcp,
         runtime: runtime.handle().clone(),
-        prompt: Arc::new(prompt),
+        prompt: prompt.clone(),
         session,
         start_ms,
         concurrency: args.concurrency,
@@ -802,20 +857,9 @@ fn batch_inner(args: &BatchArgs, ui: Ui) -> Result<ExitCode, String> {
                 if !in_shard(this) {
                     continue;
                 }
-                let input: InputLine = serde_json::from_str(&line).map_err(|e| {
-                    format!(
-                        "{}:{}: not an input line: {e}",
-                        args.inputs.display(),
-                        n + 1
-                    )
-                })?;
-                if input.args.is_some() && input.arg.is_some() {
-                    return Err(format!(
-                        "{}:{}: give `args` (a string) or `arg` (an object), not both",
-                        args.inputs.display(),
-                        n + 1
-                    ));
-                }
+                // Every line passed `scan_inputs` already; a file changed since fails here.
+                let input = parse_input(&line, &declared)
+                    .map_err(|e| format!("{}:{}: {e}", args.inputs.display(), n + 1))?;
                 let input = Arc::new(input);
                 let base = input.seed.unwrap_or_else(|| mix(args.seed, this));
                 for repeat in 0..args.repeat {

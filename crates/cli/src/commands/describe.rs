@@ -253,6 +253,62 @@ pub fn describe(args: &DescribeArgs) -> ExitCode {
     ExitCode::SUCCESS
 }
 
+/// An argument object as the caller sees the declaration (chapter 06 advertises defaults and
+/// never enforces `args:` at run time, but when the Host builds the object itself, from
+/// `--arg` pairs, a batch line's `arg` or an MCP tool call, it acts as a careful caller): each
+/// declared arg that is absent (or null) gets its default, then a required arg still absent
+/// or a value that is not of its declared type is refused, naming the arg. Fields the
+/// declaration does not name pass untouched (the argument string may carry more), and a
+/// free-text prompt's object is left as it is.
+pub(crate) fn complete_args(decl: &ArgsDecl, object: &mut Map<String, Json>) -> Result<(), String> {
+    if !decl.is_structured() {
+        return Ok(());
+    }
+    for arg in &decl.args {
+        let given = object.get(&arg.name).filter(|v| !v.is_null());
+        if given.is_none() {
+            match &arg.default {
+                Some(default) => {
+                    object.insert(arg.name.clone(), arg_value_json(default));
+                }
+                None if arg.optional => {}
+                None => {
+                    return Err(format!(
+                        "argument `{}` ({}) is required and was not given",
+                        arg.name,
+                        arg.ty.as_str()
+                    ));
+                }
+            }
+            continue;
+        }
+        if let Some(value) = given
+            && !fits(arg.ty, value)
+        {
+            return Err(format!(
+                "argument `{}` is declared as {}, and {value} is not one",
+                arg.name,
+                arg.ty.as_str()
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Whether a JSON value is of a declared arg type (`integer`: a whole number, `1.0` too).
+fn fits(ty: ArgType, value: &Json) -> bool {
+    match ty {
+        ArgType::String => value.is_string(),
+        ArgType::Boolean => value.is_boolean(),
+        ArgType::Number => value.is_number(),
+        ArgType::Integer => {
+            value.is_i64()
+                || value.is_u64()
+                || value.as_f64().is_some_and(|x| x.is_finite() && x.fract() == 0.0)
+        }
+    }
+}
+
 /// The argument string of `--arg NAME=VALUE` pairs for a prompt that declares structured
 /// args: a JSON object whose values follow the declared types (`string` as written; `boolean`
 /// `true`/`false`; `integer` and `number` as JSON numbers). A name the prompt does not declare,
@@ -316,6 +372,10 @@ pub(crate) fn structured_args(decl: &ArgsDecl, pairs: &[String]) -> Result<Strin
             return Err(format!("--arg {name}: given twice"));
         }
     }
+    complete_args(decl, &mut object).map_err(|e| match e.strip_suffix("and was not given") {
+        Some(_) => format!("--arg: {e}; pass it as --arg NAME=VALUE"),
+        None => format!("--arg: {e}"),
+    })?;
     serde_json::to_string(&Json::Object(object)).map_err(|e| format!("--arg: {e}"))
 }
 
@@ -377,6 +437,52 @@ mod tests {
             structured_args(&free.frontmatter.args, &["a=b".into()])
                 .is_err_and(|e| e.contains("takes free text"))
         );
+    }
+
+    #[test]
+    fn the_host_fills_defaults_and_checks_what_it_builds() {
+        let p = prompt(ARGS);
+        let decl = &p.frontmatter.args;
+        assert_eq!(
+            structured_args(decl, &["topic=tides".into()]).as_deref(),
+            Ok(r#"{"topic":"tides","words":200}"#)
+        );
+        assert_eq!(
+            structured_args(decl, &["words=5".into()]),
+            Err("--arg: argument `topic` (string) is required and was not given; pass it as --arg NAME=VALUE".into())
+        );
+        let complete = |value: Json| {
+            let Json::Object(mut object) = value else {
+                unreachable!("an object")
+            };
+            complete_args(decl, &mut object).map(|()| Json::Object(object))
+        };
+        // Extra fields pass; null counts as absent; a whole float is an integer.
+        assert_eq!(
+            complete(serde_json::json!({"topic": "t", "words": null, "extra": [1]})),
+            Ok(serde_json::json!({"topic": "t", "words": 200, "extra": [1]}))
+        );
+        assert_eq!(
+            complete(serde_json::json!({"topic": "t", "words": 3.0, "ratio": 1})),
+            Ok(serde_json::json!({"topic": "t", "words": 3.0, "ratio": 1}))
+        );
+        assert_eq!(
+            complete(serde_json::json!({"topic": 5})),
+            Err("argument `topic` is declared as string, and 5 is not one".into())
+        );
+        assert_eq!(
+            complete(serde_json::json!({"topic": "t", "words": 2.5})),
+            Err("argument `words` is declared as integer, and 2.5 is not one".into())
+        );
+        assert_eq!(
+            complete(serde_json::json!({"topic": "t", "loud": "yes"})),
+            Err("argument `loud` is declared as boolean, and \"yes\" is not one".into())
+        );
+        // A free-text prompt's object is not the Host's to judge.
+        let free = prompt("");
+        let mut object = Map::new();
+        assert_eq!(complete_args(&free.frontmatter.args, &mut object), Ok(()));
+        assert!(object.is_empty());
     }
 
     #[test]

@@ -302,8 +302,9 @@ fn scan_quietly(dirs: &[PathBuf], problems: &mut std::collections::BTreeSet<Stri
 }
 
 /// The JSON Schema of a prompt's arguments: one property per declared arg (its type, its
-/// description and default), required when neither optional nor defaulted; a prompt that
-/// takes free text takes one string, `args`.
+/// description and default), required when neither optional nor defaulted (the server fills
+/// a default in); fields beyond the declared ones are allowed, as chapter 06 allows them in
+/// the argument string. A prompt that takes free text takes one string, `args`.
 pub(crate) fn input_schema(fm: &Frontmatter) -> JsonObject {
     if !fm.args.is_structured() {
         let schema = json!({
@@ -335,7 +336,6 @@ pub(crate) fn input_schema(fm: &Frontmatter) -> JsonObject {
         "type": "object",
         "properties": properties,
         "required": required,
-        "additionalProperties": false,
     }))
 }
 
@@ -392,15 +392,30 @@ fn mcp_prompt_of(name: &str, prompt: &Prompt) -> rmcp::model::Prompt {
     .with_title(prompt.title.clone())
 }
 
-/// A call's arguments as the run's argument string: the free text, or the JSON object.
-fn argument_string(fm: &Frontmatter, arguments: &JsonObject) -> Result<Option<String>, String> {
+/// Why a call's arguments make no argument string.
+enum Refusal {
+    /// Not the shape the tool takes at all (free text that is not a string).
+    Shape(String),
+    /// The declaration refuses the object (a required arg missing, a value of another type):
+    /// a tool execution error the model can read and correct, not a protocol error.
+    Declared(String),
+}
+
+/// A call's arguments as the run's argument string: the free text, or the JSON object with
+/// the declared defaults filled in and the declared types checked
+/// ([`complete_args`](crate::describe::complete_args)).
+fn argument_string(fm: &Frontmatter, arguments: &JsonObject) -> Result<Option<String>, Refusal> {
     if fm.args.is_structured() {
-        return Ok(Some(Json::Object(arguments.clone()).to_string()));
+        let mut object = arguments.clone();
+        crate::describe::complete_args(&fm.args, &mut object).map_err(Refusal::Declared)?;
+        return Ok(Some(Json::Object(object).to_string()));
     }
     match arguments.get("args") {
         None | Some(Json::Null) => Ok(None),
         Some(Json::String(text)) => Ok(Some(text.clone())),
-        Some(other) => Err(format!("`args` must be a string, got {other}")),
+        Some(other) => Err(Refusal::Shape(format!(
+            "`args` must be a string, got {other}"
+        ))),
     }
 }
 
@@ -875,8 +890,15 @@ impl ServerHandler for PromptServer {
             ));
         };
         let arguments = request.arguments.unwrap_or_default();
-        let args = argument_string(&entry.prompt.frontmatter, &arguments)
-            .map_err(|message| ErrorData::invalid_params(message, None))?;
+        let args = match argument_string(&entry.prompt.frontmatter, &arguments) {
+            Ok(args) => args,
+            Err(Refusal::Shape(message)) => return Err(ErrorData::invalid_params(message, None)),
+            // Input validation errors are tool execution errors (MCP 2025-11-25), so the
+            // model sees which argument to fix; nothing runs.
+            Err(Refusal::Declared(message)) => {
+                return Ok(CallToolResult::error(vec![ContentBlock::text(message)]).into());
+            }
+        };
         let outcome = self.call(entry, args, &cx).await?;
         Ok(tool_result(&outcome).into())
     }
@@ -912,8 +934,10 @@ impl ServerHandler for PromptServer {
         let given = request.arguments.unwrap_or_default();
         let typed = typed_prompt_arguments(&entry.prompt.frontmatter, &given)
             .map_err(|message| ErrorData::invalid_params(message, None))?;
-        let args = argument_string(&entry.prompt.frontmatter, &typed)
-            .map_err(|message| ErrorData::invalid_params(message, None))?;
+        let args = argument_string(&entry.prompt.frontmatter, &typed).map_err(|refusal| {
+            let (Refusal::Shape(message) | Refusal::Declared(message)) = refusal;
+            ErrorData::invalid_params(message, None)
+        })?;
         let description = entry.prompt.frontmatter.description.clone();
         let outcome = self.call(entry, args, &cx).await?;
         match &outcome {
@@ -1372,7 +1396,8 @@ mod tests {
         assert_eq!(schema["properties"]["count"]["type"], "integer");
         assert_eq!(schema["properties"]["count"]["default"], 3);
         assert_eq!(schema["required"], json!(["topic"]));
-        assert_eq!(schema["additionalProperties"], false);
+        // Fields beyond the declared args are allowed (chapter 06).
+        assert!(schema.get("additionalProperties").is_none());
         let mut given = JsonObject::new();
         given.insert("count".into(), json!("7"));
         given.insert("loud".into(), json!("true"));
