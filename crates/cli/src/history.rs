@@ -465,8 +465,9 @@ impl History {
                 .map_err(|e| format!("the run history: {e}"))?;
             return last.ok_or_else(|| "the run history has no runs yet".to_owned());
         }
-        id.parse()
-            .map_err(|_| format!("`{id}` is not a run id: give a number from `promptforge runs`, or `last`"))
+        id.parse().map_err(|_| {
+            format!("`{id}` is not a run id: give a number from `promptforge runs`, or `last`")
+        })
     }
 
     pub(crate) fn export(&self, id: i64, out: &mut dyn Write) -> Result<(), String> {

@@ -112,6 +112,9 @@ pub struct Diagnosis {
     /// A model round failed on the infrastructure: the backend unreachable, timing out, or
     /// refusing with a status (a batch's `--retry-errors` runs such a run again).
     pub infrastructure: bool,
+    /// The notes already shown on stderr: each says its piece once per run, however many
+    /// rounds (a fanout's arms waiting out one rate limit) meet the same thing.
+    pub(crate) noted: std::collections::BTreeSet<String>,
 }
 
 type SharedDiagnosis = Arc<std::sync::Mutex<Diagnosis>>;
@@ -183,13 +186,30 @@ impl HostRuntime {
 /// Show a note for people where the Host's notes go.
 fn note(notes: Notes, text: &str, json: impl FnOnce() -> Json) {
     match notes {
-        Notes::Stderr => crate::ui::print_line(&format!("note: {text}")),
+        Notes::Stderr => crate::ui::print_line(&format!(
+            "{} {text}",
+            crate::ui::paint("note:", crate::ui::Tone::Note)
+        )),
         // A Host event: no secret the Host holds is written in it.
         Notes::JsonStdout => outln!(
             "{}",
             promptforge_harness::secrets::redact(&json().to_string())
         ),
         Notes::Keep => {}
+    }
+}
+
+impl RoundWatch {
+    /// A note for people, shown on stderr only the first time its text comes up in the run
+    /// (the round's own line shows every retry); a Host event every time under `--events`.
+    fn note_once(&self, text: &str, json: impl FnOnce() -> Json) {
+        if self.notes == Notes::Stderr {
+            let mut diagnosis = self.diagnosis.lock().unwrap_or_else(|e| e.into_inner());
+            if !diagnosis.noted.insert(text.to_owned()) {
+                return;
+            }
+        }
+        note(self.notes, text, json);
     }
 }
 
@@ -219,8 +239,7 @@ impl ReplyObserver for RoundWatch {
             status,
             promptforge_harness::secrets::redact(message).into_owned(),
         ));
-        note(
-            self.notes,
+        self.note_once(
             &format!("the model server answered {status}: {message}"),
             || {
                 json!({"host_event": "model_server_message", "effect": self.effect,
@@ -231,12 +250,9 @@ impl ReplyObserver for RoundWatch {
 
     fn retry(&self, attempt: u32, wait: std::time::Duration, error: &ModelError) {
         self.line.waiting(&error.to_string(), wait);
-        note(
-            self.notes,
-            &format!(
-                "{error}; sending the model round again in {:.1} s (retry {attempt})",
-                wait.as_secs_f64()
-            ),
+        // Said once per run; each round's line counts down its own wait.
+        self.note_once(
+            &format!("{error}; the round is sent again after a wait (shown on its line)"),
             || {
                 json!({"host_event": "model_retry", "effect": self.effect, "attempt": attempt,
                        "wait_ms": wait.as_millis() as u64, "reason": error.to_string()})

@@ -109,7 +109,7 @@ fn start_logs(verbose: u8) {
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(level));
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_ansi(std::io::stderr().is_terminal())
+        .with_ansi(console::colors_enabled_stderr())
         .with_writer(ui::LogWriter::default)
         .try_init();
 }

@@ -5,8 +5,8 @@ use std::process::ExitCode;
 
 use promptforge_engine::events::RoundEnd;
 use promptforge_engine::{Event, EventKind, Outcome, TaskEnding};
-use serde_json::Value as Json;
 use serde::Serialize;
+use serde_json::Value as Json;
 
 /// The outcome object of the CLI contract.
 #[derive(Debug, Serialize)]
@@ -81,7 +81,9 @@ pub(crate) fn event_json(event: &Event) -> serde_json::Value {
         EventKind::SectionFinished { section } => {
             json!({"event": "section_finished", "section": section})
         }
-        EventKind::TaskSpawned { id, target, origin } => json!({
+        EventKind::TaskSpawned {
+            id, target, origin, ..
+        } => json!({
             "event": "task_spawned", "id": id, "target": target, "origin": origin.as_str()
         }),
         EventKind::TaskStarted => json!({"event": "task_started"}),

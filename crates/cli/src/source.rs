@@ -102,7 +102,8 @@ pub fn run_failure_line(path: &Path, err: &RunError, message: &str) -> String {
         Some((line, None)) => format!("{}:{line}: ", path.display()),
         None => String::new(),
     };
-    format!("{at}error[{kind}]: {message}")
+    let tag = crate::ui::paint(&format!("error[{kind}]:"), crate::ui::Tone::Bad);
+    format!("{at}{tag} {message}")
 }
 
 /// For a placeholder failure (chapter 07's `... [Kind at byte N]`, raised where the block

@@ -109,9 +109,129 @@ pub(crate) fn print_line(text: &str) {
     }
 }
 
+/// stderr as the live display draws on it. indicatif pads every line to the terminal's width
+/// and leaves the cursor at the right edge of the last one, so the `^C` a terminal echoes
+/// after it wraps onto a line the display does not know of, and the display's first line was
+/// left behind when it cleared. Every display template ends in two spaces; this writer holds
+/// a frame's output until it is flushed and leaves off the last two spaces, so the cursor
+/// stays two columns short of the edge and an echoed `^C` fits on the display's last line.
+/// Drawn only where stderr is a terminal.
+#[derive(Debug)]
+struct EchoRoom {
+    term: console::Term,
+    held: std::sync::Mutex<String>,
+}
+
+impl EchoRoom {
+    /// Writes what is held, as it is (before the cursor moves or a line clears).
+    fn release(&self) -> std::io::Result<()> {
+        let held = std::mem::take(&mut *self.held.lock().unwrap_or_else(|e| e.into_inner()));
+        if held.is_empty() {
+            Ok(())
+        } else {
+            self.term.write_str(&held)
+        }
+    }
+}
+
+impl indicatif::TermLike for EchoRoom {
+    fn width(&self) -> u16 {
+        self.term.size().1
+    }
+    fn height(&self) -> u16 {
+        self.term.size().0
+    }
+    fn move_cursor_up(&self, n: usize) -> std::io::Result<()> {
+        self.release()?;
+        self.term.move_cursor_up(n)
+    }
+    fn move_cursor_down(&self, n: usize) -> std::io::Result<()> {
+        self.release()?;
+        self.term.move_cursor_down(n)
+    }
+    fn move_cursor_right(&self, n: usize) -> std::io::Result<()> {
+        self.release()?;
+        self.term.move_cursor_right(n)
+    }
+    fn move_cursor_left(&self, n: usize) -> std::io::Result<()> {
+        self.release()?;
+        self.term.move_cursor_left(n)
+    }
+    fn write_line(&self, s: &str) -> std::io::Result<()> {
+        self.release()?;
+        self.term.write_line(s)
+    }
+    fn write_str(&self, s: &str) -> std::io::Result<()> {
+        self.held
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push_str(s);
+        Ok(())
+    }
+    fn clear_line(&self) -> std::io::Result<()> {
+        self.release()?;
+        self.term.clear_line()
+    }
+    fn flush(&self) -> std::io::Result<()> {
+        {
+            let mut held = self.held.lock().unwrap_or_else(|e| e.into_inner());
+            if held.ends_with("  ") {
+                let keep = held.len() - 2;
+                held.truncate(keep);
+            }
+        }
+        self.release()?;
+        self.term.flush()
+    }
+}
+
+/// The live display's draw target (see [`EchoRoom`]); its templates end in two spaces.
+fn display_target() -> ProgressDrawTarget {
+    ProgressDrawTarget::term_like(Box::new(EchoRoom {
+        term: console::Term::stderr(),
+        held: std::sync::Mutex::new(String::new()),
+    }))
+}
+
+/// What a coloured word on stderr says.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Tone {
+    /// A failure (`error[KIND]`, `✗`).
+    Bad,
+    /// Something to do (`hint:`).
+    Hint,
+    /// Something to know (`note:`, `■`).
+    Note,
+    /// It worked (`✓`).
+    Good,
+}
+
+/// `text` coloured for stderr when stderr is a terminal that takes colour and `NO_COLOR` is
+/// not set (console's rule, which `TERM=dumb` and `CLICOLOR=0` also turn off); as it is
+/// otherwise. stdout is never coloured.
+pub(crate) fn paint(text: &str, tone: Tone) -> String {
+    let style = console::style(text).for_stderr();
+    match tone {
+        Tone::Bad => style.red().bold(),
+        Tone::Hint => style.cyan().bold(),
+        Tone::Note => style.yellow(),
+        Tone::Good => style.green(),
+    }
+    .to_string()
+}
+
+/// Take the live display off the screen for good (the process is about to end without the
+/// run's own end clearing it: the Ctrl-C watchdog).
+pub(crate) fn clear_screen() {
+    if let Some(multi) = SCREEN.get() {
+        let _ = multi.clear();
+        multi.set_draw_target(ProgressDrawTarget::hidden());
+    }
+}
+
 /// Draw `bar` on stderr as the display `-v` logs and notes print above (a batch's bar).
 pub(crate) fn screen_bar(bar: ProgressBar) -> ProgressBar {
-    let multi = MultiProgress::with_draw_target(ProgressDrawTarget::stderr());
+    let multi = MultiProgress::with_draw_target(display_target());
     let bar = multi.add(bar);
     let _ = SCREEN.set(multi);
     bar
@@ -337,13 +457,25 @@ pub(crate) struct Progress {
     totals: Totals,
     section: String,
     started: Instant,
+    /// Each task's label (`Summarize 3/20 "q3 report"`, `Review (task 0.2)`), by task id.
+    labels: BTreeMap<String, String>,
+    /// Tasks and fanout arms spawned, started and ended so far.
+    spawned: u64,
+    running: u64,
+    ended: u64,
 }
+
+/// At most this many task lines are drawn; the head line counts the rest.
+const TASK_LINES: usize = 8;
 
 #[derive(Debug)]
 struct Screen {
     multi: MultiProgress,
+    /// The head line: the section, the round and task counts, the tokens.
     main: ProgressBar,
-    /// A line per running task, by task id.
+    /// The main walk's round line, drawn once it makes a round.
+    walk: Option<ProgressBar>,
+    /// A line per running task, by task id (the first [`TASK_LINES`] of them).
     tasks: BTreeMap<String, ProgressBar>,
     /// Model rounds in flight: effect → (task, round number of that task).
     rounds: BTreeMap<EffectId, String>,
@@ -364,14 +496,15 @@ impl Progress {
     /// output), else none.
     pub(crate) fn new(draw: bool) -> Progress {
         let screen = draw.then(|| {
-            let multi = MultiProgress::with_draw_target(ProgressDrawTarget::stderr());
-            let main = multi.add(spinner("{spinner} {elapsed:>3} {wide_msg}"));
+            let multi = MultiProgress::with_draw_target(display_target());
+            let main = multi.add(spinner("{spinner} {elapsed:>3} {wide_msg}  "));
             main.enable_steady_tick(Duration::from_millis(120));
             main.set_message("starting");
             let _ = SCREEN.set(multi.clone());
             Screen {
                 multi,
                 main,
+                walk: None,
                 tasks: BTreeMap::new(),
                 rounds: BTreeMap::new(),
                 counts: BTreeMap::new(),
@@ -385,7 +518,19 @@ impl Progress {
             totals: Totals::default(),
             section: String::new(),
             started: Instant::now(),
+            labels: BTreeMap::new(),
+            spawned: 0,
+            running: 0,
+            ended: 0,
         }
+    }
+
+    /// A task's label for people.
+    fn label(&self, task: &str) -> String {
+        self.labels
+            .get(task)
+            .cloned()
+            .unwrap_or_else(|| format!("task {task}"))
     }
 
     /// Also tell `reporter` each step a person would see: a section entered, a task or arm
@@ -431,6 +576,13 @@ impl Progress {
                     thousands(self.totals.completion_tokens)
                 ));
             }
+            if self.spawned > 0 {
+                let queued = self.spawned.saturating_sub(self.running + self.ended);
+                text.push_str(&format!(
+                    " · tasks {} running, {queued} queued, {} done",
+                    self.running, self.ended
+                ));
+            }
             screen.main.set_message(text);
         }
     }
@@ -442,35 +594,60 @@ impl Progress {
                 self.report(|| format!("section {section}"));
             }
             EventKind::SectionStarted { section, .. } => {
-                self.report(|| format!("task {}: section {section}", event.task));
+                self.report(|| format!("{}: section {section}", self.label(&event.task)));
             }
-            EventKind::TaskStarted => self.report(|| format!("task {} started", event.task)),
+            EventKind::TaskStarted => {
+                self.report(|| format!("{} started", self.label(&event.task)));
+            }
             EventKind::Log { section, message } => {
                 self.report(|| format!("[{section}] {message}"));
             }
             _ => {}
         }
+        match &event.kind {
+            EventKind::TaskSpawned {
+                id, target, arm, ..
+            } => {
+                let label = match arm {
+                    Some(arm) => format!("{target} {}/{} {:?}", arm.index, arm.of, arm.item),
+                    None => format!("{target} (task {id})"),
+                };
+                self.labels.insert(id.clone(), label);
+                self.spawned += 1;
+            }
+            EventKind::TaskStarted => self.running += 1,
+            EventKind::TaskEnded { .. } => {
+                self.running = self.running.saturating_sub(1);
+                self.ended += 1;
+            }
+            _ => {}
+        }
+        let label = self.label(&event.task);
         let Some(screen) = &mut self.screen else {
             return;
         };
         match &event.kind {
             EventKind::SectionStarted { section, .. } if event.task == "0" => {
                 self.section = section.clone();
+                if let Some(walk) = &screen.walk {
+                    walk.set_prefix(format!("§ {section}"));
+                }
             }
             EventKind::SectionStarted { section, .. } => {
                 if let Some(bar) = screen.tasks.get(&event.task) {
                     bar.set_message(format!("§ {section}"));
                 }
             }
-            EventKind::TaskStarted => {
+            EventKind::TaskStarted if screen.tasks.len() < TASK_LINES => {
                 let bar = screen
                     .multi
-                    .add(spinner("  {spinner} {prefix:.dim} {wide_msg}"));
-                bar.set_prefix(format!("task {}", event.task));
+                    .add(spinner("  {spinner} {prefix:.dim} {wide_msg}  "));
+                bar.set_prefix(label);
                 bar.set_message("started");
                 bar.enable_steady_tick(Duration::from_millis(120));
                 screen.tasks.insert(event.task.clone(), bar);
             }
+            EventKind::TaskSpawned { .. } | EventKind::TaskStarted => {}
             EventKind::TaskEnded { .. } => {
                 if let Some(bar) = screen.tasks.remove(&event.task) {
                     bar.finish_and_clear();
@@ -509,23 +686,30 @@ impl Progress {
         let n = screen.counts.entry(task.clone()).or_insert(0);
         *n += 1;
         let label = format!("round {n}");
-        let bar = screen
-            .tasks
-            .get(&task)
-            .cloned()
-            .unwrap_or_else(|| screen.main.clone());
-        let label = if screen.tasks.contains_key(&task) {
-            label
+        // The main walk's rounds get a line of their own under the head, so the head's
+        // counts are never overwritten; a task past the drawn lines shows only in the counts.
+        let bar = if task == "0" {
+            let walk = screen.walk.get_or_insert_with(|| {
+                let bar = screen.multi.insert_after(
+                    &screen.main,
+                    spinner("  {spinner} {prefix:.dim} {wide_msg}  "),
+                );
+                bar.enable_steady_tick(Duration::from_millis(120));
+                bar
+            });
+            walk.set_prefix(format!("§ {}", self.section));
+            Some(walk.clone())
         } else {
-            format!("§ {} · {label}", self.section)
+            screen.tasks.get(&task).cloned()
         };
         screen.rounds.insert(effect, task);
         let line = Arc::new(RoundLine {
-            bar: Some(bar),
+            bar,
             label,
             streamed: Mutex::new(String::new()),
         });
         line.show("waiting for the model");
+        self.refresh_main();
         line
     }
 
@@ -547,7 +731,7 @@ impl Progress {
             screen.multi.set_draw_target(if hidden {
                 ProgressDrawTarget::hidden()
             } else {
-                ProgressDrawTarget::stderr()
+                display_target()
             });
         }
     }
@@ -555,7 +739,7 @@ impl Progress {
     /// Clear the display (the run ended).
     fn clear(&mut self) {
         if let Some(screen) = self.screen.take() {
-            for bar in screen.tasks.values() {
+            for bar in screen.tasks.values().chain(&screen.walk) {
                 bar.finish_and_clear();
             }
             screen.main.finish_and_clear();
@@ -571,9 +755,9 @@ impl Progress {
         model: Option<&str>,
     ) -> String {
         let (mark, what) = match outcome {
-            Outcome::Completed(_) => ("✓", "completed".to_owned()),
-            Outcome::Cancelled => ("■", "cancelled".to_owned()),
-            Outcome::Failed(err) => ("✗", format!("failed ({})", err.kind)),
+            Outcome::Completed(_) => (paint("✓", Tone::Good), "completed".to_owned()),
+            Outcome::Cancelled => (paint("■", Tone::Note), "cancelled".to_owned()),
+            Outcome::Failed(err) => (paint("✗", Tone::Bad), format!("failed ({})", err.kind)),
         };
         format!(
             "{mark} {what} in {} · {}",

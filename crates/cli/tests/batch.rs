@@ -541,7 +541,10 @@ fn every_bad_input_line_is_found_before_any_run_and_declared_defaults_are_filled
         "{\"args\":\"{\\\"topic\\\":\\\"b\\\"}\"}\n",
     ));
     assert_eq!(code, Some(0), "{stderr}");
-    let results: Vec<Value> = stdout.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let results: Vec<Value> = stdout
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
     assert_eq!(results[0]["outcome"]["result"], "a/100/1");
     assert_eq!(results[1]["outcome"]["result"], "b/nil/nil");
 }

@@ -321,7 +321,11 @@ fn rounds_and_tool_calls_are_events_and_a_round_can_be_read_back() {
     let call = &events[at("tool_call")];
     assert_eq!(
         (&call["tool"], &call["via"], &call["ok"]),
-        (&Value::from("lookup"), &Value::from("local"), &Value::from(true))
+        (
+            &Value::from("lookup"),
+            &Value::from("local"),
+            &Value::from(true)
+        )
     );
     // No wall-clock figure in any event: the same answers give the same stream.
     assert!(
@@ -336,10 +340,19 @@ fn rounds_and_tool_calls_are_events_and_a_round_can_be_read_back() {
     assert_eq!(code, Some(0), "{stderr}");
     assert!(text.contains("model round 2 of 2"), "{text}");
     assert!(text.contains("tools offered: lookup"), "{text}");
-    assert!(text.contains("→ call lookup {\"topic\":\"x\"} (id c1)"), "{text}");
+    assert!(
+        text.contains("→ call lookup {\"topic\":\"x\"} (id c1)"),
+        "{text}"
+    );
     assert!(text.contains("[tool c1]\n    facts x"), "{text}");
-    assert!(text.contains("reply (finish stop):\n  [assistant]\n    all done"), "{text}");
-    let (_, json, _) = out(dir.path(), &["runs", "show", "last", "--round", "1", "--json"]);
+    assert!(
+        text.contains("reply (finish stop):\n  [assistant]\n    all done"),
+        "{text}"
+    );
+    let (_, json, _) = out(
+        dir.path(),
+        &["runs", "show", "last", "--round", "1", "--json"],
+    );
     let round: Value = serde_json::from_str(&json).unwrap();
     assert_eq!(round["messages"][0]["content"], "go");
     assert_eq!(round["reply"]["tool_calls"][0]["name"], "lookup");
@@ -352,7 +365,10 @@ fn rounds_and_tool_calls_are_events_and_a_round_can_be_read_back() {
             .as_array()
             .unwrap()
             .iter()
-            .any(|l| l["text"].as_str().unwrap().contains("tool call lookup (local)")),
+            .any(|l| l["text"]
+                .as_str()
+                .unwrap()
+                .contains("tool call lookup (local)")),
         "{json}"
     );
     let (code, _, stderr) = out(dir.path(), &["runs", "show", "last", "--round", "3"]);

@@ -244,7 +244,14 @@ fn the_inspector_lists_the_prompts_as_tools_and_a_call_returns_the_result() {
         &tools,
         &history,
         &server,
-        &["tools/call", "--tool-name", "greet", "--tool-arg", "who=Ada", "mood=glad"],
+        &[
+            "tools/call",
+            "--tool-name",
+            "greet",
+            "--tool-arg",
+            "who=Ada",
+            "mood=glad",
+        ],
     );
     assert!(defaulted.status.success(), "{}", text(&defaulted.stderr));
     assert_eq!(
@@ -255,7 +262,13 @@ fn the_inspector_lists_the_prompts_as_tools_and_a_call_returns_the_result() {
         &tools,
         &history,
         &server,
-        &["tools/call", "--tool-name", "greet", "--tool-arg", "times=2"],
+        &[
+            "tools/call",
+            "--tool-name",
+            "greet",
+            "--tool-arg",
+            "times=2",
+        ],
     );
     let missing = result_json(&missing);
     assert_eq!(missing["result"]["isError"], true, "{missing}");

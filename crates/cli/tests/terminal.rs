@@ -69,8 +69,11 @@ impl Tmux {
     }
 
     fn start(dir: &Path, script: &str) -> Tmux {
+        // One tmux server per test: the tests of this file run at the same time.
+        static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+        let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let tmux = Tmux {
-            socket: format!("pf-terminal-test-{}", std::process::id()),
+            socket: format!("pf-terminal-test-{}-{n}", std::process::id()),
         };
         let status = tmux
             .cmd()
@@ -165,4 +168,195 @@ fn a_terminal_shows_progress_a_streaming_reply_and_a_summary() {
     );
     // The display is gone once the run ends: no spinner line is left behind.
     assert!(!last.contains("waiting for the model"), "{last}");
+}
+
+/// A server that answers each round after `delay`, or first refuses it with a 429 when
+/// `limited` (each request's first attempt only).
+fn waiting_server(delay: Duration, limited: bool) -> LocalServer {
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(std::collections::BTreeSet::new()));
+    let app = Router::new().route(
+        "/v1/chat/completions",
+        post(move |body: Bytes| {
+            let seen = seen.clone();
+            async move {
+                let text = String::from_utf8_lossy(&body).into_owned();
+                if limited && seen.lock().unwrap().insert(text) {
+                    return Response::builder()
+                        .status(429)
+                        .header("retry-after", "1")
+                        .header("content-type", "application/json")
+                        .body(Body::from(
+                            json!({"error": {"message": "slow down"}}).to_string(),
+                        ))
+                        .unwrap();
+                }
+                tokio::time::sleep(delay).await;
+                let content = json!({"choices": [{"index": 0, "delta": {"content": "fact"}}]});
+                let end = json!({"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]});
+                Response::builder()
+                    .header("content-type", "text/event-stream")
+                    .body(Body::from(format!(
+                        "data: {content}\n\ndata: {end}\n\ndata: [DONE]\n\n"
+                    )))
+                    .unwrap()
+            }
+        }),
+    );
+    LocalServer::start(app)
+}
+
+const FAN: &str = "---\nname: fan\ndescription: One round per item, all at once\npromptforge: 0\nmodels:\n  w: {}\n---\n\n# Fan\n\n```lua\nmodels.default('w')\n```\n\n## Collect\n\n```lua\nlocal items = {}\nfor i = 1, 12 do items[i] = 'topic ' .. i end\nfanout('### Fact', items)\nreturn 'all done'\n```\n\n### Fact\n\n```lua\nreturn models.infer('Tell me about ' .. item)\n```\n";
+
+fn fan_script(dir: &Path, server: &LocalServer, trap: bool) -> String {
+    format!(
+        "{trap}env XDG_CONFIG_HOME={xdg} NO_PROXY=127.0.0.1 OPENAI_BASE_URL={base}/v1 \
+         OPENAI_API_KEY=k {bin} run fan.md --model openai:m --concurrency 4; echo EXIT=$?; sleep 60",
+        trap = if trap { "trap : INT; " } else { "" },
+        xdg = dir.join("xdg").display(),
+        base = server.base(),
+        bin = env!("CARGO_BIN_EXE_promptforge"),
+    )
+}
+
+impl Tmux {
+    fn keys(&self, keys: &str) {
+        let status = self
+            .cmd()
+            .args(["send-keys", "-t", "t", keys])
+            .status()
+            .unwrap();
+        assert!(status.success());
+    }
+
+    /// Polls the pane until `done` holds of it (or 30 s pass); the last pane seen.
+    fn until(&self, done: impl Fn(&str) -> bool) -> String {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let mut pane = self.pane();
+        while Instant::now() < deadline && !done(&pane) {
+            std::thread::sleep(Duration::from_millis(50));
+            pane = self.pane();
+        }
+        pane
+    }
+}
+
+#[test]
+fn a_fanout_shows_its_arms_by_section_and_item_with_counts_and_ctrl_c_leaves_no_spinner() {
+    let server = waiting_server(Duration::from_secs(20), false);
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("fan.md"), FAN).unwrap();
+    let tmux = Tmux::start(dir.path(), &fan_script(dir.path(), &server, true));
+    // Four arms run (the concurrency limit), eight wait; each arm's line names its section
+    // and item, and the head line counts them with the rounds in flight.
+    let pane = tmux.until(|p| p.contains("tasks 4 running, 8 queued, 0 done"));
+    assert!(
+        pane.contains("tasks 4 running, 8 queued, 0 done"),
+        "no task counts:\n{pane}"
+    );
+    assert!(pane.contains("4 in flight"), "{pane}");
+    assert!(
+        pane.contains("Fact 1/12 \"topic 1\"") && pane.contains("Fact 4/12 \"topic 4\""),
+        "arms not labelled by section and item:\n{pane}"
+    );
+    assert!(pane.contains("waiting for the model"), "{pane}");
+    tmux.keys("C-c");
+    let pane = tmux.until(|p| p.contains("EXIT="));
+    assert!(pane.contains("EXIT=130"), "{pane}");
+    assert!(pane.contains("cancelled"), "{pane}");
+    // Nothing of the live display is left on the screen.
+    for left in [
+        "waiting for the model",
+        "Fact 1/12",
+        "tasks 4 running",
+        "in flight",
+    ] {
+        assert!(!pane.contains(left), "{left:?} left behind:\n{pane}");
+    }
+    assert!(
+        !pane.chars().any(|c| ('⠋'..='⠿').contains(&c)),
+        "a spinner was left behind:\n{pane}"
+    );
+}
+
+#[test]
+fn a_rate_limit_in_a_fanout_is_noted_once_not_per_arm_and_retry() {
+    let server = waiting_server(Duration::from_millis(200), true);
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("fan.md"), FAN).unwrap();
+    let tmux = Tmux::start(dir.path(), &fan_script(dir.path(), &server, false));
+    let pane = tmux.until(|p| p.contains("EXIT="));
+    assert!(pane.contains("EXIT=0"), "{pane}");
+    assert!(pane.contains("all done"), "{pane}");
+    // Twelve arms each refused once: the server's words and the retry are each said once.
+    let notes: Vec<&str> = pane.lines().filter(|l| l.starts_with("note:")).collect();
+    assert_eq!(notes.len(), 2, "{pane}");
+    assert!(notes[0].contains("429: slow down"), "{pane}");
+}
+
+#[test]
+fn stderr_is_coloured_on_a_terminal_unless_no_color_is_set() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("typo.md"),
+        "---\nname: typo\ndescription: d\npromptforge: 0\n---\n\n# Typo\n\n## Main\n\n```lua\ncall('## Sumarize')\n```\n\n## Summarize\n\n```lua\nreturn 1\n```\n",
+    )
+    .unwrap();
+    for (no_color, coloured) in [("", true), ("NO_COLOR=1 ", false)] {
+        let script = format!(
+            "env {no_color}XDG_CONFIG_HOME={xdg} {bin} run typo.md; echo EXIT=$?; sleep 60",
+            xdg = dir.path().join("xdg").display(),
+            bin = env!("CARGO_BIN_EXE_promptforge"),
+        );
+        let tmux = Tmux::start(dir.path(), &script);
+        tmux.until(|p| p.contains("EXIT="));
+        let out = tmux
+            .cmd()
+            .args(["capture-pane", "-p", "-e", "-t", "t"])
+            .output()
+            .unwrap();
+        let pane = String::from_utf8_lossy(&out.stdout).into_owned();
+        // The failure opens with FILE:LINE, its tag red where colour is on.
+        assert!(pane.contains("typo.md:12: "), "{pane}");
+        assert_eq!(pane.contains('\u{1b}'), coloured, "{no_color}:\n{pane:?}");
+        assert!(pane.contains("EXIT=1"), "{pane}");
+    }
+}
+
+#[test]
+fn a_batch_shows_its_runs_before_the_first_one_ends() {
+    // Longer than `until` waits: the batch must end on Ctrl-C without waiting the rounds out.
+    let server = waiting_server(Duration::from_secs(90), false);
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("one.md"),
+        "---\nname: one\ndescription: d\npromptforge: 0\nmodels:\n  w: {}\n---\n\n# One\n\n## Ask\n\n```lua\nmodels.default('w')\nreturn models.infer('say ' .. args)\n```\n",
+    )
+    .unwrap();
+    std::fs::write(
+        dir.path().join("in.jsonl"),
+        "{\"args\":\"a\"}\n{\"args\":\"b\"}\n{\"args\":\"c\"}\n",
+    )
+    .unwrap();
+    let script = format!(
+        "trap : INT; env XDG_CONFIG_HOME={xdg} NO_PROXY=127.0.0.1 OPENAI_BASE_URL={base}/v1 \
+         OPENAI_API_KEY=k {bin} batch one.md --inputs in.jsonl --model openai:m > out.jsonl; \
+         echo EXIT=$?; sleep 60",
+        xdg = dir.path().join("xdg").display(),
+        base = server.base(),
+        bin = env!("CARGO_BIN_EXE_promptforge"),
+    );
+    let tmux = Tmux::start(dir.path(), &script);
+    // Every run waits 20 s on the model; the display says what is going on meanwhile.
+    let pane = tmux.until(|p| p.contains("running 3"));
+    assert!(pane.contains("running 3") && pane.contains("0/3"), "{pane}");
+    tmux.keys("C-c");
+    let pane = tmux.until(|p| p.contains("EXIT="));
+    assert!(
+        pane.contains("EXIT="),
+        "Ctrl-C did not end the batch:\n{pane}"
+    );
+    assert!(
+        pane.contains("cancelled: the results so far are written"),
+        "{pane}"
+    );
 }

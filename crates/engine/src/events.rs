@@ -88,6 +88,18 @@ impl AbandonReason {
     }
 }
 
+/// A fanout arm's place, for a display: `index` of `of` (1-based), and a short preview of its
+/// item (a string as written, anything else as compact JSON; at most 40 characters).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Arm {
+    /// Its 1-based position.
+    pub index: usize,
+    /// How many arms the fanout has.
+    pub of: usize,
+    /// Its item, shortened.
+    pub item: String,
+}
+
 /// How a model round ended, as its event reports it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum RoundEnd {
@@ -217,6 +229,9 @@ pub enum EventKind {
         target: String,
         /// Who started it.
         origin: Origin,
+        /// For a fanout arm: where it stands among its siblings and its item, for a display
+        /// (never part of the `--events` stream, which stays free of values).
+        arm: Option<Arm>,
     },
     /// A task was admitted and started running (the event's `task` is the task).
     TaskStarted,

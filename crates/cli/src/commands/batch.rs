@@ -222,11 +222,18 @@ struct Shared {
     concurrency: u32,
     slots: Arc<tokio::sync::Semaphore>,
     cancel: Arc<AtomicBool>,
+    /// The Host channels of the runs in flight, by job: Ctrl-C wakes each, so a run waiting
+    /// on a model round sees the cancel at once instead of after the round.
+    waking: Wakers,
     /// The runtime every run's effects run on (the providers' connections live on it).
     runtime: tokio::runtime::Handle,
     /// The config's MCP servers, when the prompt declares one: started once, for every run.
     mcp: Option<Arc<promptforge_harness::mcp::McpPlugins>>,
 }
+
+/// The Host channels of the runs in flight, by job sequence number.
+type Wakers =
+    Arc<Mutex<BTreeMap<u64, tokio::sync::mpsc::UnboundedSender<crate::host::HostMessage>>>>;
 
 fn check_expectations(input: &InputLine, result: &str) -> Result<Vec<String>, String> {
     let mut failures = Vec::new();
@@ -287,10 +294,16 @@ fn run_one(shared: &Shared, job: &Job) -> ResultLine {
     };
     // A file that cannot be placed is this input's fault, not the infrastructure's.
     let input_fault = placed.is_err();
+    let (tx, rx) = channel();
+    shared
+        .waking
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .insert(job.seq, tx.clone());
     let host = placed.and_then(|()| {
         shared
             .session
-            .host(store, operator, shared.cancel.clone(), channel())
+            .host(store, operator, shared.cancel.clone(), (tx, rx))
     });
     let (outcome, totals, infrastructure) = match host {
         Ok(host) => {
@@ -328,6 +341,11 @@ fn run_one(shared: &Shared, job: &Job) -> ResultLine {
         },
         _ => ("errored", Vec::new()),
     };
+    shared
+        .waking
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .remove(&job.seq);
     ResultLine {
         index: job.index,
         line: job.line,
@@ -631,9 +649,9 @@ fn scan_inputs(path: &Path, decl: &ArgsDecl) -> Result<u64, String> {
                 .iter()
                 .flat_map(OneOrMany::items)
                 .find_map(|pattern| {
-                    regex::Regex::new(pattern).err().map(|e| {
-                        format!("matches {pattern:?} is not a regular expression: {e}")
-                    })
+                    regex::Regex::new(pattern)
+                        .err()
+                        .map(|e| format!("matches {pattern:?} is not a regular expression: {e}"))
                 }),
             Err(problem) => Some(problem),
         };
@@ -649,7 +667,10 @@ fn scan_inputs(path: &Path, decl: &ArgsDecl) -> Result<u64, String> {
         return Ok(count);
     }
     if more > 0 {
-        problems.push(format!("... and {}", crate::ui::plural(more as u64, "more line")));
+        problems.push(format!(
+            "... and {}",
+            crate::ui::plural(more as u64, "more line")
+        ));
     }
     Err(format!(
         "the inputs file has problems; nothing ran:\n{}",
@@ -727,9 +748,15 @@ fn batch_inner(args: &BatchArgs, ui: Ui) -> Result<ExitCode, String> {
         .sum();
 
     let cancel = Arc::new(AtomicBool::new(false));
+    let waking: Wakers = Arc::default();
     {
-        let cancel = cancel.clone();
-        if let Err(e) = ctrlc::set_handler(move || cancel.store(true, Ordering::Relaxed)) {
+        let (cancel, waking) = (cancel.clone(), waking.clone());
+        if let Err(e) = ctrlc::set_handler(move || {
+            cancel.store(true, Ordering::Relaxed);
+            for tx in waking.lock().unwrap_or_else(|e| e.into_inner()).values() {
+                let _ = tx.send(crate::host::HostMessage::Wake);
+            }
+        }) {
             errln!("warning: cannot install the Ctrl-C handler: {e}");
         }
     }
@@ -758,6 +785,7 @@ fn batch_inner(args: &BatchArgs, ui: Ui) -> Result<ExitCode, String> {
         concurrency: args.concurrency,
         slots: Arc::new(tokio::sync::Semaphore::new(args.concurrency as usize)),
         cancel: cancel.clone(),
+        waking: waking.clone(),
     });
 
     // The results: new ones are appended as they come, so an interrupted batch resumes.
@@ -787,10 +815,13 @@ fn batch_inner(args: &BatchArgs, ui: Ui) -> Result<ExitCode, String> {
             ProgressDrawTarget::hidden(),
         ));
         if let Ok(style) =
-            ProgressStyle::with_template("{elapsed:>4} [{wide_bar}] {pos}/{len} {msg}")
+            ProgressStyle::with_template("{elapsed:>4} [{wide_bar}] {pos}/{len} {msg}  ")
         {
             bar.set_style(style.progress_chars("=> "));
         }
+        // Drawn from the start: a batch whose first runs take a while is not silent.
+        bar.set_message(format!("starting {}", plural(planned, "run")));
+        bar.enable_steady_tick(std::time::Duration::from_millis(120));
         bar
     } else {
         ProgressBar::hidden()
@@ -800,15 +831,17 @@ fn batch_inner(args: &BatchArgs, ui: Ui) -> Result<ExitCode, String> {
     let (jobs_tx, jobs_rx) = std::sync::mpsc::sync_channel::<Job>(args.concurrency as usize * 2);
     let jobs_rx = Arc::new(Mutex::new(jobs_rx));
     let failure: Arc<Mutex<Option<String>>> = Arc::default();
+    let running = Arc::new(std::sync::atomic::AtomicU64::new(0));
     let started = Instant::now();
     std::thread::scope(|scope| {
         for _ in 0..args.concurrency {
-            let (jobs_rx, shared, writer, bar, failure) = (
+            let (jobs_rx, shared, writer, bar, failure, running) = (
                 jobs_rx.clone(),
                 shared.clone(),
                 writer.clone(),
                 bar.clone(),
                 failure.clone(),
+                running.clone(),
             );
             scope.spawn(move || {
                 loop {
@@ -817,7 +850,18 @@ fn batch_inner(args: &BatchArgs, ui: Ui) -> Result<ExitCode, String> {
                         rx.recv()
                     };
                     let Ok(job) = job else { break };
+                    running.fetch_add(1, Ordering::Relaxed);
+                    {
+                        // Messages are set under the writer's lock, each with the count as
+                        // it is then, so the last one drawn is never a stale count.
+                        let writer = writer.lock().unwrap_or_else(|e| e.into_inner());
+                        if writer.tally.runs() == 0 {
+                            let now = running.load(Ordering::Relaxed);
+                            bar.set_message(format!("running {now}"));
+                        }
+                    }
                     let result = run_one(&shared, &job);
+                    running.fetch_sub(1, Ordering::Relaxed);
                     // A run the batch's own stop (Ctrl-C, a bad inputs line, a closed
                     // stdout) cut short did not finish: it is no result.
                     let unfinished = shared.cancel.load(Ordering::Relaxed)
@@ -833,8 +877,11 @@ fn batch_inner(args: &BatchArgs, ui: Ui) -> Result<ExitCode, String> {
                     }
                     let t = &writer.tally;
                     bar.set_message(format!(
-                        "passed {} · failed {} · errored {}",
-                        t.passed, t.failed, t.errored
+                        "running {} · passed {} · failed {} · errored {}",
+                        running.load(Ordering::Relaxed),
+                        t.passed,
+                        t.failed,
+                        t.errored
                     ));
                     drop(writer);
                     bar.inc(1);

@@ -304,7 +304,9 @@ fn fits(ty: ArgType, value: &Json) -> bool {
         ArgType::Integer => {
             value.is_i64()
                 || value.is_u64()
-                || value.as_f64().is_some_and(|x| x.is_finite() && x.fract() == 0.0)
+                || value
+                    .as_f64()
+                    .is_some_and(|x| x.is_finite() && x.fract() == 0.0)
         }
     }
 }

@@ -393,6 +393,7 @@ fn mcp_prompt_of(name: &str, prompt: &Prompt) -> rmcp::model::Prompt {
 }
 
 /// Why a call's arguments make no argument string.
+#[derive(Debug, PartialEq, Eq)]
 enum Refusal {
     /// Not the shape the tool takes at all (free text that is not a string).
     Shape(String),

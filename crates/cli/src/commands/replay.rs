@@ -65,9 +65,7 @@ pub fn replay(args: &ReplayArgs, _ui: Ui) -> ExitCode {
 fn replay_inner(args: &ReplayArgs) -> Result<ExitCode, String> {
     // A run id of the history (a number, or `last`), unless a file of that name exists.
     let exported = match args.record.to_str() {
-        Some(id)
-            if !args.record.exists() && (id == "last" || id.parse::<i64>().is_ok()) =>
-        {
+        Some(id) if !args.record.exists() && (id == "last" || id.parse::<i64>().is_ok()) => {
             Some(crate::history::export_to_temp(id)?)
         }
         _ => None,

@@ -393,7 +393,11 @@ impl PendingRecord {
 /// The `hint:` lines on stderr, secrets taken out.
 fn print_hints(path: &std::path::Path, finished: &Finished) {
     for hint in hints(path, finished) {
-        errln!("hint: {}", promptforge_harness::secrets::redact(&hint));
+        errln!(
+            "{} {}",
+            crate::ui::paint("hint:", crate::ui::Tone::Hint),
+            promptforge_harness::secrets::redact(&hint)
+        );
     }
 }
 
@@ -548,6 +552,7 @@ fn cancel_watchdog(finished: &AtomicBool, json: bool) {
     if finished.load(Ordering::Relaxed) {
         return;
     }
+    crate::ui::clear_screen();
     if json {
         outln!(r#"{{"outcome":"cancelled"}}"#);
     } else {

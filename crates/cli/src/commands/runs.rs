@@ -116,7 +116,10 @@ fn runs_inner(args: &RunsArgs) -> Result<(), String> {
             html,
         }) => {
             let id = history.resolve(id)?;
-            let shown = Shown { round: *round, json: *json };
+            let shown = Shown {
+                round: *round,
+                json: *json,
+            };
             show(&history, id, shown, html.as_deref())
         }
     }
@@ -288,7 +291,11 @@ fn show(history: &History, id: i64, shown: Shown, html: Option<&Path>) -> Result
                     event["tool"].as_str().unwrap_or(""),
                     event["via"].as_str().unwrap_or(""),
                     event["section"].as_str().unwrap_or(""),
-                    if event["ok"] == Json::Bool(false) { ": failed" } else { "" }
+                    if event["ok"] == Json::Bool(false) {
+                        ": failed"
+                    } else {
+                        ""
+                    }
                 ),
                 // The round's own line (from its effect) says more, with its timing.
                 "model_round" => continue,

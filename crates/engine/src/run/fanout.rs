@@ -44,7 +44,18 @@ impl Run {
                     index: i64::try_from(index + 1).ok(),
                 },
             };
-            arms.push(self.spawn_task(s, arm, Origin::Author, target.clone(), Some((id, index))));
+            let place = crate::events::Arm {
+                index: index + 1,
+                of: items.len(),
+                item: preview(item),
+            };
+            arms.push(self.spawn_task(
+                s,
+                arm,
+                Origin::Author,
+                target.clone(),
+                Some((id, index, place)),
+            ));
         }
         self.fanouts.open(id, s.id, arms, items);
         s.wait = Some(TaskWait::Fanout(id));
@@ -85,6 +96,23 @@ impl Run {
     }
 }
 
+/// An arm's item as a display shows it: a string as written, anything else as compact JSON,
+/// on one line, at most 40 characters.
+fn preview(item: &Json) -> String {
+    const MOST: usize = 40;
+    let text = match item {
+        Json::String(text) => text.clone(),
+        other => other.to_string(),
+    };
+    let line: String = text.split_whitespace().collect::<Vec<_>>().join(" ");
+    if line.chars().count() <= MOST {
+        return line;
+    }
+    let mut cut: String = line.chars().take(MOST - 1).collect();
+    cut.push('…');
+    cut
+}
+
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used, clippy::panic)] // test code
@@ -114,5 +142,20 @@ mod tests {
         assert_eq!(t.result(), "false boom");
         assert!(run.fanouts.is_empty());
         assert!(run.tasks.live().next().is_none());
+    }
+
+    #[test]
+    fn an_arm_item_preview_is_one_short_line() {
+        assert_eq!(super::preview(&serde_json::json!("the Moon")), "the Moon");
+        assert_eq!(
+            super::preview(&serde_json::json!({"q": "x"})),
+            r#"{"q":"x"}"#
+        );
+        let long = super::preview(&serde_json::json!("a  b\nc ".repeat(20)));
+        assert_eq!(long.chars().count(), 40);
+        assert!(
+            long.starts_with("a b c a b c") && long.ends_with('…'),
+            "{long}"
+        );
     }
 }

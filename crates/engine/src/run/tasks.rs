@@ -34,7 +34,7 @@ impl Run {
         start: Start,
         origin: Origin,
         target: Arc<str>,
-        fanout: Option<(u64, usize)>,
+        fanout: Option<(u64, usize, crate::events::Arm)>,
     ) -> TaskId {
         let strand_id = self.take_strand_id();
         let seq = self.take_seq();
@@ -49,6 +49,10 @@ impl Run {
         if fanout.is_none() {
             top.owned.push(id.clone());
         }
+        let (fanout, arm) = match fanout {
+            Some((fanout, index, arm)) => (Some((fanout, index)), Some(arm)),
+            None => (None, None),
+        };
         let claims = self
             .claims
             .fork(s.claims, id.to_string())
@@ -91,6 +95,7 @@ impl Run {
                 id: id.to_string(),
                 target: target.to_string(),
                 origin,
+                arm,
             },
         );
         // A free slot is taken at once: the task is admitted (not `queued`), though it first
