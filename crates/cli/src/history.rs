@@ -45,22 +45,25 @@ fn cap_bytes() -> u64 {
         .saturating_mul(1024 * 1024)
 }
 
-/// An open history database.
 /// One row of [`History::recent`].
-pub(crate) type RunRow = (
-    i64,
-    String,
-    String,
-    String,
-    Option<String>,
-    i64,
-    i64,
-    i64,
-    i64,
-    Option<String>,
-    String,
-);
+#[derive(Debug)]
+pub(crate) struct RunRow {
+    pub id: i64,
+    pub started_at: String,
+    pub prompt: String,
+    pub outcome: String,
+    pub error_kind: Option<String>,
+    pub wall_ms: i64,
+    pub rounds: i64,
+    pub prompt_tokens: i64,
+    pub completion_tokens: i64,
+    pub model: Option<String>,
+    pub seed: String,
+    /// Dollars, when the model's price was known and every reply reported its tokens.
+    pub cost: Option<f64>,
+}
 
+/// An open history database.
 #[derive(Debug)]
 pub(crate) struct History {
     conn: Connection,
@@ -146,6 +149,15 @@ impl History {
         // The log is cut back to this after a checkpoint (see `bound_log`).
         conn.pragma_update(None, "journal_size_limit", WAL_LIMIT as i64)
             .map_err(&err)?;
+        // A database from before runs had a cost gets the column.
+        let has_cost = conn
+            .prepare("SELECT 1 FROM pragma_table_info('runs') WHERE name = 'cost'")
+            .and_then(|mut stmt| stmt.exists([]))
+            .map_err(&err)?;
+        if !has_cost {
+            conn.execute_batch("ALTER TABLE runs ADD COLUMN cost REAL;")
+                .map_err(&err)?;
+        }
         // A database from before effects had their task gets the column.
         let has_task = conn
             .prepare("SELECT 1 FROM pragma_table_info('effects') WHERE name = 'task'")
@@ -196,7 +208,13 @@ impl History {
     /// Keep a run: its record (as `run --record` writes it) and how long it took. The
     /// record is read a line at a time and written as it is read, so memory does not grow
     /// with the run.
-    pub(crate) fn add(&mut self, record: impl BufRead, wall_ms: u64) -> Result<i64, String> {
+    /// The cost is kept when the model's price is known and every reply reported its tokens.
+    pub(crate) fn add(
+        &mut self,
+        record: impl BufRead,
+        wall_ms: u64,
+        price: Option<&promptforge_harness::model::Price>,
+    ) -> Result<i64, String> {
         let err = |e: rusqlite::Error| format!("the run history: {e}");
         let mut lines = record.lines();
         let header_line = match lines.next() {
@@ -227,10 +245,14 @@ impl History {
         let mut cancels: Vec<u64> = Vec::new();
         let mut outcome = Json::Null;
         let (mut rounds, mut prompt_tokens, mut completion_tokens) = (0i64, 0i64, 0i64);
+        let mut unmetered = 0i64;
         // A model reply counts as a round, with the tokens it reports.
         let mut count_reply = |reply: &Json| {
             rounds += 1;
             let usage = &reply["usage"];
+            if !usage.is_object() {
+                unmetered += 1;
+            }
             prompt_tokens += usage["prompt_tokens"].as_i64().unwrap_or(0);
             completion_tokens += usage["completion_tokens"].as_i64().unwrap_or(0);
         };
@@ -324,9 +346,17 @@ impl History {
                     .map_err(err)?;
             }
         }
+        let cost = price.filter(|_| unmetered == 0).map(|price| {
+            price.cost(&promptforge_harness::model::Usage {
+                prompt_tokens: u64::try_from(prompt_tokens).unwrap_or(0),
+                completion_tokens: u64::try_from(completion_tokens).unwrap_or(0),
+                reasoning_tokens: None,
+            })
+        });
         tx.execute(
             "UPDATE runs SET outcome = ?2, error_kind = ?3, error_message = ?4, rounds = ?5,
-                 prompt_tokens = ?6, completion_tokens = ?7, cancels = ?8, outcome_json = ?9
+                 prompt_tokens = ?6, completion_tokens = ?7, cancels = ?8, outcome_json = ?9,
+                 cost = ?10
              WHERE id = ?1",
             params![
                 run_id,
@@ -338,6 +368,7 @@ impl History {
                 completion_tokens,
                 json!(cancels).to_string(),
                 outcome.to_string(),
+                cost,
             ],
         )
         .map_err(err)?;
@@ -424,32 +455,32 @@ impl History {
     }
 
     /// Write run `id`'s record, as `run --record` would have.
-    /// The most recent `limit` runs, newest first: `(id, started_at, prompt, outcome,
-    /// error_kind, wall_ms, rounds, prompt_tokens, completion_tokens, model, seed)`.
+    /// The most recent `limit` runs, newest first.
     pub(crate) fn recent(&self, limit: u32) -> Result<Vec<RunRow>, String> {
         let err = |e: rusqlite::Error| format!("the run history: {e}");
         let mut stmt = self
             .conn
             .prepare(
                 "SELECT id, started_at, prompt, outcome, error_kind, wall_ms, rounds,
-                        prompt_tokens, completion_tokens, model, seed
+                        prompt_tokens, completion_tokens, model, seed, cost
                  FROM runs ORDER BY id DESC LIMIT ?1",
             )
             .map_err(err)?;
         stmt.query_map(params![limit], |r| {
-            Ok((
-                r.get(0)?,
-                r.get(1)?,
-                r.get(2)?,
-                r.get(3)?,
-                r.get(4)?,
-                r.get(5)?,
-                r.get(6)?,
-                r.get(7)?,
-                r.get(8)?,
-                r.get(9)?,
-                r.get(10)?,
-            ))
+            Ok(RunRow {
+                id: r.get(0)?,
+                started_at: r.get(1)?,
+                prompt: r.get(2)?,
+                outcome: r.get(3)?,
+                error_kind: r.get(4)?,
+                wall_ms: r.get(5)?,
+                rounds: r.get(6)?,
+                prompt_tokens: r.get(7)?,
+                completion_tokens: r.get(8)?,
+                model: r.get(9)?,
+                seed: r.get(10)?,
+                cost: r.get(11)?,
+            })
         })
         .map_err(err)?
         .collect::<Result<_, _>>()

@@ -120,6 +120,7 @@ fn main() -> ExitCode {
     let ui = report::Ui {
         progress: !cli.quiet && std::io::stderr().is_terminal(),
         verbose: cli.verbose,
+        quiet: cli.quiet,
     };
     let code = match cli.command {
         Command::Check(args) => check::check(&args),

@@ -57,6 +57,8 @@ pub(crate) struct RunInfo {
     pub model: Option<String>,
     /// When the run started, by the wall clock.
     pub started: SystemTime,
+    /// The current model's catalog price, for the history's cost column.
+    pub price: Option<promptforge_harness::model::Price>,
 }
 
 fn random_hex(bytes: usize) -> String {

@@ -165,4 +165,6 @@ pub struct Ui {
     pub progress: bool,
     /// `-v` count.
     pub verbose: u8,
+    /// `-q`: no progress display and no summary table.
+    pub quiet: bool,
 }

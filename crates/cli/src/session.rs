@@ -353,7 +353,7 @@ pub(crate) fn keep_record(
         }
         match history {
             Some(db) => crate::history::History::open(db)?
-                .add(open()?, wall_ms)
+                .add(open()?, wall_ms, info.price.as_ref())
                 .map(|_| ()),
             None => Ok(()),
         }

@@ -186,7 +186,7 @@ mod tests {
         );
         assert_eq!(display_location(&err), Some((14, 1)));
         let text = "a\nb\nc\nd\ne\nf\ng\nh\ni\nj\nk\nl\nm\n  print(1\n";
-        assert_eq!(problem_location(&err, text), Some((14, Some(11))));
+        assert_eq!(problem_location(&err, text), Some((14, Some(10))));
         let err = ParseError::new(
             ParseErrorKind::Lua,
             "lua compilation error at section `A` prologue (line 2): [string \"section `A` prologue\"]:3: syntax error near 'end'",

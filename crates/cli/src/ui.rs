@@ -309,7 +309,7 @@ impl Totals {
             "tokens not reported".to_owned()
         } else {
             let partial = if self.unmetered > 0 {
-                format!(" ({} rounds unreported)", self.unmetered)
+                format!(" ({} unreported)", plural(self.unmetered, "round"))
             } else {
                 String::new()
             };
@@ -848,7 +848,7 @@ mod tests {
         t.add(None);
         assert_eq!(
             t.text(price.as_ref(), None),
-            "3 rounds · 2,000 in / 1,000 out tokens (1 rounds unreported) · cost unknown (tokens not reported)"
+            "3 rounds · 2,000 in / 1,000 out tokens (1 round unreported) · cost unknown (tokens not reported)"
         );
     }
 }

@@ -151,6 +151,7 @@ fn a_batch_runs_at_the_limit_and_its_shards_merge_to_the_same_results() {
         "failed    1",
         "errored   0",
         "tokens    1,000 in / 500 out over 100 rounds",
+        "cost      unknown (no catalog price, or tokens not reported)",
     ] {
         assert!(stderr.contains(want), "missing {want:?} in:\n{stderr}");
     }
@@ -169,7 +170,7 @@ fn a_batch_runs_at_the_limit_and_its_shards_merge_to_the_same_results() {
     }
     assert_eq!(
         all[5]["failures"],
-        json!(["expect: the result is not \"something else\""])
+        json!(["expect: wanted \"something else\", got \"echo: say n5\""])
     );
 
     // Three slices, merged, are the same results.
@@ -307,8 +308,37 @@ fn repeats_are_independent_samples_with_a_pass_rate() {
     assert_eq!(lines[20]["seed"], 5, "a line's seed is its first sample's");
     let heads = lines.iter().filter(|l| l["status"] == "passed").count();
     assert!((5..=35).contains(&heads), "{heads} heads of 40");
-    assert!(stderr.contains("input 0 (line 1): "), "{stderr}");
+    // Only the inputs that missed are listed, each with why.
+    assert!(
+        stderr.contains("input 0 (line 1): ")
+            && stderr.contains("): expect: wanted \"heads\", got \"tails\""),
+        "{stderr}"
+    );
     assert!(stderr.contains("passed all their runs"), "{stderr}");
+    assert!(
+        stderr.contains("  cost      none (no model rounds)"),
+        "{stderr}"
+    );
+    // -q: the results, no summary table.
+    let (_, quiet_out, quiet_err) = run(&["--pass-rate", "0"]);
+    assert!(quiet_err.contains("batch summary"), "{quiet_err}");
+    let quiet = promptforge(dir.path())
+        .args([
+            "-q",
+            "batch",
+            "coin.md",
+            "--inputs",
+            "inputs.jsonl",
+            "--repeat",
+            "20",
+        ])
+        .output()
+        .unwrap();
+    assert!(!String::from_utf8_lossy(&quiet.stderr).contains("batch summary"));
+    assert_eq!(
+        String::from_utf8_lossy(&quiet.stdout).lines().count(),
+        quiet_out.lines().count()
+    );
     // The same batch again is the same samples.
     let (_, again, _) = run(&[]);
     let strip = |text: &str| -> Vec<Value> {

@@ -381,3 +381,77 @@ fn rounds_and_tool_calls_are_events_and_a_round_can_be_read_back() {
     assert_eq!(code, Some(0), "{stderr}");
     assert!(stderr.contains("identical to the record"), "{stderr}");
 }
+
+/// A server answering every round with the same text and usage (1,000 in, 500 out).
+fn metered_server() -> support::LocalServer {
+    use axum::body::Body;
+    use axum::response::Response;
+    use axum::routing::post;
+    let app = axum::Router::new().route(
+        "/v1/chat/completions",
+        post(|| async {
+            let content = serde_json::json!({"choices": [{"index": 0, "delta": {"content": "ok"}}]});
+            let end = serde_json::json!({"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}],
+                             "usage": {"prompt_tokens": 1000, "completion_tokens": 500}});
+            Response::builder()
+                .header("content-type", "text/event-stream")
+                .body(Body::from(format!(
+                    "data: {content}\n\ndata: {end}\n\ndata: [DONE]\n\n"
+                )))
+                .unwrap()
+        }),
+    );
+    support::LocalServer::start(app)
+}
+
+#[test]
+fn a_priced_model_gives_runs_and_batches_a_cost() {
+    let server = metered_server();
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("promptforge.toml"),
+        format!(
+            "[models.priced]\nprovider = \"openai\"\nmodel = \"m\"\nbase_url = \"{}/v1\"\napi_key_env = \"\"\ninput_price = 1.0\noutput_price = 2.0\n",
+            server.base()
+        ),
+    )
+    .unwrap();
+    std::fs::write(
+        dir.path().join("one.md"),
+        "---\nname: one\ndescription: d\npromptforge: 0\nmodels:\n  w: {}\n---\n\n# One\n\n## Ask\n\n```lua\nmodels.default('w')\nreturn models.infer('say ' .. args)\n```\n",
+    )
+    .unwrap();
+    let (code, _, stderr) = out(
+        dir.path(),
+        &["run", "one.md", "--model", "priced", "--args", "x"],
+    );
+    assert_eq!(code, Some(0), "{stderr}");
+    // 1,000 × $1 + 500 × $2 per million tokens.
+    let (_, listed, _) = out(dir.path(), &["runs"]);
+    assert!(listed.contains("$0.0020"), "{listed}");
+    let (_, listed, _) = out(dir.path(), &["runs", "--json"]);
+    let row: Value = serde_json::from_str(listed.lines().next().unwrap()).unwrap();
+    assert!(
+        (row["cost"].as_f64().unwrap() - 0.002).abs() < 1e-12,
+        "{row}"
+    );
+
+    std::fs::write(dir.path().join("in.jsonl"), "{\"args\":\"a\"}\n").unwrap();
+    let (code, results, stderr) = out(
+        dir.path(),
+        &[
+            "batch", "one.md", "--inputs", "in.jsonl", "--model", "priced",
+        ],
+    );
+    assert_eq!(code, Some(0), "{stderr}");
+    let result: Value = serde_json::from_str(results.lines().next().unwrap()).unwrap();
+    assert!(
+        (result["cost"].as_f64().unwrap() - 0.002).abs() < 1e-12,
+        "{result}"
+    );
+    assert!(
+        stderr.contains("  runs      1 (1 input × 1 repeat)"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("  cost      $0.0020"), "{stderr}");
+}

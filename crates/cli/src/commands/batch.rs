@@ -155,6 +155,12 @@ pub(crate) struct ResultLine {
     rounds: u64,
     prompt_tokens: u64,
     completion_tokens: u64,
+    /// Dollars, when the model's price is known and every reply reported its tokens.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    cost: Option<f64>,
+    /// Rounds whose reply reported no tokens (the cost is then unknown).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    unmetered: u64,
     /// Wall time of the run in milliseconds.
     ms: u64,
     /// What the whole batch is, so `merge` can tell a missing slice: the inputs in the file,
@@ -167,7 +173,30 @@ pub(crate) struct ResultLine {
     shard: Option<String>,
 }
 
+fn is_zero(n: &u64) -> bool {
+    *n == 0
+}
+
 impl ResultLine {
+    /// Why the run did not pass, for the summary: its first expectation miss, or its error.
+    fn reason(&self) -> Option<String> {
+        match self.status.as_str() {
+            "passed" => None,
+            "failed" => self.failures.first().cloned(),
+            _ => Some(match &self.outcome["error"] {
+                Json::Object(error) => format!(
+                    "errored: {}: {}",
+                    error.get("kind").and_then(Json::as_str).unwrap_or(""),
+                    trimmed(error.get("message").and_then(Json::as_str).unwrap_or(""))
+                ),
+                _ => format!(
+                    "errored: {}",
+                    self.outcome["outcome"].as_str().unwrap_or("unknown")
+                ),
+            }),
+        }
+    }
+
     fn key(&self) -> (u64, u32) {
         (self.index, self.repeat)
     }
@@ -235,17 +264,30 @@ struct Shared {
 type Wakers =
     Arc<Mutex<BTreeMap<u64, tokio::sync::mpsc::UnboundedSender<crate::host::HostMessage>>>>;
 
+/// Text shortened for a summary line: one line, at most 60 characters.
+fn trimmed(text: &str) -> String {
+    const MOST: usize = 60;
+    let line = text.split_whitespace().collect::<Vec<_>>().join(" ");
+    if line.chars().count() <= MOST {
+        return line;
+    }
+    let mut cut: String = line.chars().take(MOST - 1).collect();
+    cut.push('…');
+    cut
+}
+
 fn check_expectations(input: &InputLine, result: &str) -> Result<Vec<String>, String> {
     let mut failures = Vec::new();
+    let got = || format!("got {:?}", trimmed(result));
     if let Some(expect) = &input.expect
         && result != expect
     {
-        failures.push(format!("expect: the result is not {expect:?}"));
+        failures.push(format!("expect: wanted {:?}, {}", trimmed(expect), got()));
     }
     if let Some(contains) = &input.contains {
         for needle in contains.items() {
             if !result.contains(needle) {
-                failures.push(format!("contains: the result lacks {needle:?}"));
+                failures.push(format!("contains: wanted {needle:?} in it, {}", got()));
             }
         }
     }
@@ -254,7 +296,7 @@ fn check_expectations(input: &InputLine, result: &str) -> Result<Vec<String>, St
             let re = regex::Regex::new(pattern)
                 .map_err(|e| format!("matches {pattern:?} is not a regular expression: {e}"))?;
             if !re.is_match(result) {
-                failures.push(format!("matches: the result does not match {pattern:?}"));
+                failures.push(format!("matches: wanted a match of {pattern:?}, {}", got()));
             }
         }
     }
@@ -359,6 +401,14 @@ fn run_one(shared: &Shared, job: &Job) -> ResultLine {
         rounds: totals.rounds,
         prompt_tokens: totals.prompt_tokens,
         completion_tokens: totals.completion_tokens,
+        cost: totals.cost(
+            shared
+                .session
+                .model
+                .as_ref()
+                .and_then(|m| m.description.price.as_ref()),
+        ),
+        unmetered: totals.unmetered,
         ms: u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
         inputs: Some(shared.inputs),
         repeats: Some(shared.repeats),
@@ -466,9 +516,11 @@ fn missing_runs(all: &BTreeMap<(u64, u32), ResultLine>) -> Option<Result<Missing
         .find(|r| r.inputs.is_some_and(|i| i != inputs) || r.repeats.is_some_and(|n| n != repeats))
     {
         return Some(Err(format!(
-            "the results are of different batches: one says {inputs} inputs with {repeats} samples each, another {} with {} (an inputs file or --repeat changed between slices)",
-            other.inputs.unwrap_or(0),
-            other.repeats.unwrap_or(0)
+            "the results are of different batches: one says {} with {} each, another {} with {} (an inputs file or --repeat changed between slices)",
+            plural(inputs, "input"),
+            plural(u64::from(repeats), "sample"),
+            plural(other.inputs.unwrap_or(0), "input"),
+            plural(u64::from(other.repeats.unwrap_or(0)), "sample")
         )));
     }
     // Counted, with the first few named (a corrupt count must not build a huge list).
@@ -500,8 +552,23 @@ struct Tally {
     errored: u64,
     totals: Totals,
     run_ms: u64,
-    /// Per input: (line, id, passes, runs).
-    per_input: BTreeMap<u64, (u64, Option<Json>, u32, u32)>,
+    /// The summed cost of the runs that made rounds, while every one of them had one.
+    cost: Option<f64>,
+    /// Runs that made rounds without a known cost.
+    uncosted: u64,
+    /// Per input, by index.
+    per_input: BTreeMap<u64, InputTally>,
+}
+
+/// One input's runs in the summary.
+#[derive(Debug)]
+struct InputTally {
+    line: u64,
+    id: Option<Json>,
+    passes: u32,
+    runs: u32,
+    /// Why its first run that did not pass did not.
+    reason: Option<String>,
 }
 
 impl Tally {
@@ -514,14 +581,25 @@ impl Tally {
         self.totals.rounds += r.rounds;
         self.totals.prompt_tokens += r.prompt_tokens;
         self.totals.completion_tokens += r.completion_tokens;
+        self.totals.unmetered += r.unmetered;
         self.run_ms += r.ms;
-        let entry = self
-            .per_input
-            .entry(r.index)
-            .or_insert((r.line, r.id.clone(), 0, 0));
-        entry.3 += 1;
+        match r.cost {
+            Some(cost) => *self.cost.get_or_insert(0.0) += cost,
+            None if r.rounds > 0 => self.uncosted += 1,
+            None => {}
+        }
+        let entry = self.per_input.entry(r.index).or_insert(InputTally {
+            line: r.line,
+            id: r.id.clone(),
+            passes: 0,
+            runs: 0,
+            reason: None,
+        });
+        entry.runs += 1;
         if r.status == "passed" {
-            entry.2 += 1;
+            entry.passes += 1;
+        } else if entry.reason.is_none() {
+            entry.reason = r.reason();
         }
     }
 
@@ -533,7 +611,7 @@ impl Tally {
     fn below(&self, rate: f64) -> usize {
         self.per_input
             .values()
-            .filter(|(_, _, passes, runs)| f64::from(*passes) < rate * f64::from(*runs))
+            .filter(|t| f64::from(t.passes) < rate * f64::from(t.runs))
             .count()
     }
 
@@ -542,9 +620,9 @@ impl Tally {
         let _ = writeln!(out, "batch summary");
         let _ = writeln!(
             out,
-            "  runs      {} ({} inputs × {})",
+            "  runs      {} ({} × {})",
             self.runs(),
-            self.per_input.len(),
+            plural(self.per_input.len() as u64, "input"),
             plural(u64::from(repeat), "repeat")
         );
         let _ = writeln!(out, "  passed    {}", self.passed);
@@ -557,6 +635,16 @@ impl Tally {
             thousands(self.totals.completion_tokens),
             plural(self.totals.rounds, "round")
         );
+        let cost = match (self.cost, self.uncosted) {
+            (_, 0) if self.totals.rounds == 0 => "none (no model rounds)".to_owned(),
+            (Some(cost), 0) => format!("${cost:.4}"),
+            (Some(cost), n) => format!(
+                "${cost:.4} for the runs with a known cost; unknown for {}",
+                plural(n, "run")
+            ),
+            (None, _) => "unknown (no catalog price, or tokens not reported)".to_owned(),
+        };
+        let _ = writeln!(out, "  cost      {cost}");
         let mean = self.run_ms.checked_div(self.runs()).unwrap_or(0);
         let time = match wall {
             Some(wall) => format!("{} wall, ", duration_text(wall)),
@@ -571,23 +659,25 @@ impl Tally {
             let all = self
                 .per_input
                 .values()
-                .filter(|(_, _, passes, runs)| passes == runs)
+                .filter(|t| t.passes == t.runs)
                 .count();
             let _ = writeln!(
                 out,
                 "  inputs    {all} of {} passed all their runs",
                 self.per_input.len()
             );
-            for (index, (line, id, passes, runs)) in &self.per_input {
-                let label = match id {
-                    Some(id) => format!("input {index} (line {line}, id {id})"),
-                    None => format!("input {index} (line {line})"),
+            // Only the inputs that missed, each with why its first miss did.
+            for (index, t) in self.per_input.iter().filter(|(_, t)| t.passes < t.runs) {
+                let label = match &t.id {
+                    Some(id) => format!("input {index} (line {}, id {id})", t.line),
+                    None => format!("input {index} (line {})", t.line),
                 };
-                let pct = f64::from(*passes) * 100.0 / f64::from((*runs).max(1));
-                let mark = if passes == runs { "all passed" } else { "" };
+                let pct = f64::from(t.passes) * 100.0 / f64::from(t.runs.max(1));
+                let why = t.reason.as_deref().unwrap_or("did not pass");
                 let _ = writeln!(
                     out,
-                    "    {label}: {passes}/{runs} passed ({pct:.0}%) {mark}"
+                    "    {label}: {}/{} passed ({pct:.0}%): {why}",
+                    t.passes, t.runs
                 );
             }
         }
@@ -972,7 +1062,9 @@ fn batch_inner(args: &BatchArgs, ui: Ui) -> Result<ExitCode, String> {
         }
         _ => tally,
     };
-    tally.print(args.repeat, Some(wall));
+    if !ui.quiet {
+        tally.print(args.repeat, Some(wall));
+    }
     if args.out.is_none() && crate::ui::stdout_gone() {
         return Ok(ExitCode::SUCCESS);
     }
@@ -1136,9 +1228,27 @@ mod tests {
         .unwrap_or_default();
         assert_eq!(
             check_expectations(&input, "hello"),
-            Ok(vec!["contains: the result lacks \"zz\"".to_owned()])
+            Ok(vec![
+                "contains: wanted \"zz\" in it, got \"hello\"".to_owned()
+            ])
         );
-        assert_eq!(check_expectations(&input, "help").map(|f| f.len()), Ok(4));
+        assert_eq!(
+            check_expectations(&input, "help"),
+            Ok(vec![
+                "expect: wanted \"hello\", got \"help\"".to_owned(),
+                "contains: wanted \"ell\" in it, got \"help\"".to_owned(),
+                "contains: wanted \"zz\" in it, got \"help\"".to_owned(),
+                "matches: wanted a match of \"^h.*o$\", got \"help\"".to_owned(),
+            ])
+        );
+        // What was got is shown on one line, trimmed.
+        let long = "word ".repeat(30);
+        let misses = check_expectations(&input, &long).unwrap_or_default();
+        assert!(
+            misses[0].starts_with("expect: wanted \"hello\", got \"word word")
+                && misses[0].ends_with("…\""),
+            "{misses:?}"
+        );
         let bad: InputLine = serde_json::from_str(r#"{"matches":"("}"#).unwrap_or_default();
         assert!(check_expectations(&bad, "x").is_err());
     }

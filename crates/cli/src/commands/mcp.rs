@@ -780,6 +780,11 @@ fn run_entry(
             .as_ref()
             .map(|m| m.description.model.clone()),
         started: SystemTime::now(),
+        price: shared
+            .session
+            .model
+            .as_ref()
+            .and_then(|m| m.description.price.clone()),
     };
     let started = std::time::Instant::now();
     let mut run = Run::new(entry.prompt.clone(), ctx);

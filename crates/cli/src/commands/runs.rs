@@ -68,29 +68,37 @@ fn runs_inner(args: &RunsArgs) -> Result<(), String> {
             if rows.is_empty() && !args.json {
                 outln!("no runs in {}", path.display());
             }
-            for (id, when, prompt, outcome, kind, ms, rounds, pin, pout, model, seed) in
-                rows.iter().rev()
-            {
+            for row in rows.iter().rev() {
                 if args.json {
                     outln!(
                         "{}",
-                        json!({"id": id, "started_at": when, "prompt": prompt, "outcome": outcome,
-                               "error_kind": kind, "wall_ms": ms, "rounds": rounds,
-                               "prompt_tokens": pin, "completion_tokens": pout, "model": model,
-                               "seed": seed})
+                        json!({"id": row.id, "started_at": row.started_at, "prompt": row.prompt,
+                               "outcome": row.outcome, "error_kind": row.error_kind,
+                               "wall_ms": row.wall_ms, "rounds": row.rounds,
+                               "prompt_tokens": row.prompt_tokens,
+                               "completion_tokens": row.completion_tokens, "model": row.model,
+                               "seed": row.seed, "cost": row.cost})
                     );
                     continue;
                 }
-                let outcome = match kind {
-                    Some(kind) => format!("{outcome} ({kind})"),
-                    None => outcome.clone(),
+                let outcome = match &row.error_kind {
+                    Some(kind) => format!("{} ({kind})", row.outcome),
+                    None => row.outcome.clone(),
+                };
+                let cost = match row.cost {
+                    Some(cost) => format!("${cost:.4}"),
+                    None if row.rounds == 0 => "-".to_owned(),
+                    None => "?".to_owned(),
                 };
                 outln!(
-                    "{id:>5}  {when}  {outcome:<22} {:>9}  {:>3} rounds  {:>7} in / {:>6} out  {prompt}",
-                    crate::ui::duration_text(std::time::Duration::from_millis(*ms as u64)),
-                    rounds,
-                    crate::ui::thousands(*pin as u64),
-                    crate::ui::thousands(*pout as u64),
+                    "{:>5}  {}  {outcome:<22} {:>9}  {:>3} rounds  {:>7} in / {:>6} out  {cost:>9}  {}",
+                    row.id,
+                    row.started_at,
+                    crate::ui::duration_text(std::time::Duration::from_millis(row.wall_ms as u64)),
+                    row.rounds,
+                    crate::ui::thousands(row.prompt_tokens as u64),
+                    crate::ui::thousands(row.completion_tokens as u64),
+                    row.prompt,
                 );
             }
             Ok(())
