@@ -784,7 +784,7 @@ fn run_entry(
             .session
             .model
             .as_ref()
-            .and_then(|m| m.description.price.clone()),
+            .and_then(|m| m.description.price),
     };
     let started = std::time::Instant::now();
     let mut run = Run::new(entry.prompt.clone(), ctx);

@@ -295,7 +295,7 @@ fn execute(
             .map(|m| m.description.provider.as_str().to_owned()),
         model: model.as_ref().map(|m| m.description.model.clone()),
         started: std::time::SystemTime::now(),
-        price: model.as_ref().and_then(|m| m.description.price.clone()),
+        price: model.as_ref().and_then(|m| m.description.price),
     };
     let started = std::time::Instant::now();
     let prompt = Arc::new(prompt);
