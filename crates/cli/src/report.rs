@@ -168,3 +168,14 @@ pub struct Ui {
     /// `-q`: no progress display and no summary table.
     pub quiet: bool,
 }
+
+/// A completed run's result on stdout as a line of text: a final newline is added when it
+/// has none (as a text file ends), so a shell prompt or the next piped line starts clean.
+/// `--json` carries the exact bytes.
+pub(crate) fn print_result(result: &str) {
+    if result.ends_with('\n') || result.is_empty() {
+        out!("{result}");
+    } else {
+        outln!("{result}");
+    }
+}

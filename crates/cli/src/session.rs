@@ -29,7 +29,7 @@ use crate::host::{CurrentModel, Host, HostMessage, Operator};
 pub(crate) struct ModelFlags {
     /// The current model: a catalog id or a quick id such as `openai:gpt-4.1`
     /// (default: the catalog's `default`, if any). See `promptforge models`.
-    #[arg(long, value_name = "ID")]
+    #[arg(short = 'm', long, value_name = "ID")]
     pub(crate) model: Option<String>,
     /// Answer every model round from a scripted model file.
     #[arg(long, value_name = "FILE", conflicts_with = "model")]

@@ -5,12 +5,93 @@ use std::path::Path;
 use promptforge_engine::RunError;
 use promptforge_syntax::{Block, ParseError, ParseErrorKind, Prompt};
 
-/// Read a prompt file as UTF-8 text, with an error message fit to show the user.
+/// Read a prompt file as UTF-8 text, with an error message fit to show the user. `-` is
+/// stdin, and a pipe the shell hands over as a path (`<(...)`, which is `/dev/fd/N`) is read
+/// too; anything else must be a regular file (a named FIFO or a device elsewhere is refused,
+/// so a path can never make the Host block on it).
 pub fn read_prompt(path: &Path) -> Result<String, String> {
+    if path == Path::new("-") {
+        return read_stream(std::io::stdin().lock(), "the prompt on stdin");
+    }
+    if is_handed_over(path) {
+        let file = std::fs::File::open(path).map_err(|e| format!("{}: {e}", path.display()))?;
+        return read_stream(file, &path.display().to_string());
+    }
     promptforge_harness::limits::read_capped_text(
         path,
         promptforge_harness::limits::PROMPT_FILE_CAP,
     )
+}
+
+/// The prompt files under `dirs`, sorted: `.md` files, hidden entries, `node_modules` and
+/// `target` skipped. (A plain recursive walk: no ignore rules to honour, and it keeps the
+/// scan's order and cost obvious.)
+pub(crate) fn prompt_files(dirs: &[std::path::PathBuf]) -> Vec<std::path::PathBuf> {
+    fn walk(dir: &Path, out: &mut Vec<std::path::PathBuf>, depth: u32) {
+        let Ok(read) = std::fs::read_dir(dir) else {
+            return;
+        };
+        for entry in read.flatten() {
+            let name = entry.file_name();
+            let name = name.to_string_lossy();
+            if name.starts_with('.') || name == "node_modules" || name == "target" {
+                continue;
+            }
+            let path = entry.path();
+            match entry.file_type() {
+                Ok(t) if t.is_dir() && depth < 16 => walk(&path, out, depth + 1),
+                Ok(t) if t.is_file() && name.ends_with(".md") => out.push(path),
+                _ => {}
+            }
+        }
+    }
+    let mut out = Vec::new();
+    for dir in dirs {
+        if dir.is_file() {
+            out.push(dir.clone());
+        } else {
+            walk(dir, &mut out, 0);
+        }
+    }
+    out.sort();
+    out.dedup();
+    out
+}
+
+/// Whether a Markdown file opens with a frontmatter delimiter: a prompt program, as opposed to
+/// a README beside the prompts in a folder.
+pub(crate) fn looks_like_a_prompt(text: &str) -> bool {
+    text.trim_start_matches('\u{feff}').starts_with("---")
+}
+
+/// Whether `path` names one of this process's own open files (`/dev/fd/N`,
+/// `/proc/self/fd/N`): what a shell's process substitution passes.
+fn is_handed_over(path: &Path) -> bool {
+    ["/dev/fd/", "/proc/self/fd/"].iter().any(|prefix| {
+        path.to_str()
+            .and_then(|p| p.strip_prefix(prefix))
+            .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
+    })
+}
+
+/// A prompt read from a stream, capped like a prompt file.
+fn read_stream(stream: impl std::io::Read, what: &str) -> Result<String, String> {
+    use std::io::Read;
+    let cap = promptforge_harness::limits::PROMPT_FILE_CAP;
+    let mut bytes = Vec::new();
+    stream
+        .take(cap + 1)
+        .read_to_end(&mut bytes)
+        .map_err(|e| format!("cannot read {what}: {e}"))?;
+    if bytes.len() as u64 > cap {
+        return Err(format!("{what} is larger than {cap} bytes"));
+    }
+    String::from_utf8(bytes).map_err(|e| {
+        format!(
+            "{what} is not valid UTF-8 (first bad byte at offset {})",
+            e.utf8_error().valid_up_to()
+        )
+    })
 }
 
 /// The line and column to show beside a parse failure. Lua compile failures carry no separate

@@ -407,7 +407,10 @@ fn completions_and_the_model_listing() {
     let output = promptforge(&nested).arg("models").output().unwrap();
     let (stdout, stderr) = text(&output);
     assert!(output.status.success(), "{stderr}");
-    assert!(stdout.contains("local (default)"), "{stdout}");
+    assert!(
+        stdout.contains("local (default)  ollama qwen3:8b"),
+        "{stdout}"
+    );
     assert!(stdout.contains("$0.5 / $1.5 per Mtok in/out"), "{stdout}");
     assert!(stdout.contains("quick ids (--model KIND:NAME"), "{stdout}");
     assert!(stdout.contains("  anthropic:NAME  "), "{stdout}");
@@ -455,4 +458,76 @@ fn a_key_the_server_echoes_is_never_shown() {
             "{extra:?}: the server's words were dropped instead of redacted:\n{stdout}\n{stderr}"
         );
     }
+}
+
+#[test]
+fn a_prompt_from_stdin_or_a_pipe_a_folder_to_check_a_short_model_flag_and_a_final_newline() {
+    let dir = tempfile::tempdir().unwrap();
+    write(dir.path(), "typed.md", TYPED);
+    // Piped, the result still ends its line.
+    let output = promptforge(dir.path())
+        .args(["run", "typed.md", "--arg", "topic=tides"])
+        .output()
+        .unwrap();
+    assert_eq!(text(&output).0, "tides/100\n");
+    // `run -` reads the prompt from stdin; `--args -` cannot then read stdin too.
+    let mut child = promptforge(dir.path())
+        .args(["run", "-", "--arg", "topic=moons"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(TYPED.as_bytes())
+        .unwrap();
+    let output = child.wait_with_output().unwrap();
+    assert_eq!(text(&output).0, "moons/100\n");
+    let output = promptforge(dir.path())
+        .args(["run", "-", "--args", "-"])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(2));
+    assert!(text(&output).1.contains("stdin already carries the prompt"));
+    // A process substitution hands the prompt over as /dev/fd/N, a pipe.
+    let output = std::process::Command::new("bash")
+        .arg("-c")
+        .arg(format!(
+            "{} run <(cat typed.md) --arg topic=fd",
+            env!("CARGO_BIN_EXE_promptforge")
+        ))
+        .current_dir(dir.path())
+        .output()
+        .unwrap();
+    assert_eq!(text(&output).0, "fd/100\n", "{}", text(&output).1);
+    // `check DIR` walks the folder for prompts (a README is not one); `-m` is `--model`.
+    write(dir.path(), "README.md", "# Notes\n\nnot a prompt\n");
+    std::fs::create_dir(dir.path().join("more")).unwrap();
+    write(&dir.path().join("more"), "writer.md", WRITER);
+    let output = promptforge(dir.path())
+        .args(["check", "."])
+        .output()
+        .unwrap();
+    let (stdout, stderr) = text(&output);
+    assert!(output.status.success(), "{stderr}");
+    assert!(
+        stdout.contains("typed.md: ok") && stdout.contains("writer.md: ok"),
+        "{stdout}"
+    );
+    assert!(!stdout.contains("README"), "{stdout}");
+    let output = promptforge(dir.path())
+        .args(["run", "more/writer.md", "-m", "openai:gpt-test"])
+        .env("OPENAI_BASE_URL", "http://127.0.0.1:9/v1")
+        .env("OPENAI_API_KEY", "k")
+        .output()
+        .unwrap();
+    // The model flag was taken: the run reached for the server.
+    assert!(
+        text(&output).1.contains("error[Completion]"),
+        "{}",
+        text(&output).1
+    );
 }

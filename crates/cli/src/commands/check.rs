@@ -15,8 +15,9 @@ pub struct CheckArgs {
     /// Print a JSON list of results instead of text.
     #[arg(long)]
     json: bool,
-    /// Prompt files to check.
-    #[arg(required = true, value_name = "FILE")]
+    /// Prompt files to check; a folder is walked for its prompts (`.md` files that open with
+    /// a frontmatter, as `mcp serve DIR` finds them).
+    #[arg(required = true, value_name = "FILE|DIR")]
     files: Vec<PathBuf>,
 }
 
@@ -148,7 +149,26 @@ fn list(names: &[String]) -> String {
 }
 
 pub fn check(args: &CheckArgs) -> ExitCode {
-    let reports: Vec<FileReport> = args.files.iter().map(|f| check_file(f)).collect();
+    let mut reports: Vec<FileReport> = Vec::new();
+    for path in &args.files {
+        if !path.is_dir() {
+            reports.push(check_file(path));
+            continue;
+        }
+        // In a folder, Markdown that is not a prompt program (a README) is not checked.
+        let found: Vec<FileReport> = crate::source::prompt_files(std::slice::from_ref(path))
+            .iter()
+            .filter(|file| {
+                read_prompt(file).is_ok_and(|text| crate::source::looks_like_a_prompt(&text))
+            })
+            .map(|file| check_file(file))
+            .collect();
+        if found.is_empty() {
+            errln!("error: {}: no prompt files in this folder", path.display());
+            return ExitCode::from(2);
+        }
+        reports.extend(found);
+    }
     let failed = reports.iter().any(|r| !r.ok);
     if args.json {
         match serde_json::to_string_pretty(&reports) {

@@ -12,7 +12,7 @@
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
@@ -188,41 +188,6 @@ struct Library {
     stamp: Vec<(PathBuf, Option<SystemTime>, u64)>,
 }
 
-/// The prompt files under `dirs`, sorted: `.md` files, hidden entries, `node_modules` and
-/// `target` skipped. (A plain recursive walk: no ignore rules to honour, and it keeps the
-/// scan's order and cost obvious.)
-fn prompt_files(dirs: &[PathBuf]) -> Vec<PathBuf> {
-    fn walk(dir: &Path, out: &mut Vec<PathBuf>, depth: u32) {
-        let Ok(read) = std::fs::read_dir(dir) else {
-            return;
-        };
-        for entry in read.flatten() {
-            let name = entry.file_name();
-            let name = name.to_string_lossy();
-            if name.starts_with('.') || name == "node_modules" || name == "target" {
-                continue;
-            }
-            let path = entry.path();
-            match entry.file_type() {
-                Ok(t) if t.is_dir() && depth < 16 => walk(&path, out, depth + 1),
-                Ok(t) if t.is_file() && name.ends_with(".md") => out.push(path),
-                _ => {}
-            }
-        }
-    }
-    let mut out = Vec::new();
-    for dir in dirs {
-        if dir.is_file() {
-            out.push(dir.clone());
-        } else {
-            walk(dir, &mut out, 0);
-        }
-    }
-    out.sort();
-    out.dedup();
-    out
-}
-
 fn fingerprint(files: &[PathBuf]) -> Vec<(PathBuf, Option<SystemTime>, u64)> {
     files
         .iter()
@@ -251,7 +216,7 @@ fn scan(dirs: &[PathBuf], told: &Mutex<std::collections::BTreeSet<String>>) -> L
 }
 
 fn scan_quietly(dirs: &[PathBuf], problems: &mut std::collections::BTreeSet<String>) -> Library {
-    let files = prompt_files(dirs);
+    let files = crate::source::prompt_files(dirs);
     let stamp = fingerprint(&files);
     let mut entries: BTreeMap<String, Arc<Entry>> = BTreeMap::new();
     for path in files {
@@ -263,7 +228,7 @@ fn scan_quietly(dirs: &[PathBuf], problems: &mut std::collections::BTreeSet<Stri
         let prompt = match Prompt::parse(&text) {
             Ok(prompt) => prompt,
             Err(err) => {
-                if text.trim_start_matches('\u{feff}').starts_with("---") {
+                if crate::source::looks_like_a_prompt(&text) {
                     problems.insert(crate::source::parse_failure_line(&path, &err));
                 }
                 continue;
@@ -1011,7 +976,9 @@ async fn watch(server: PromptServer) {
             let library = server.0.library.read().unwrap_or_else(|e| e.into_inner());
             library.stamp.clone()
         };
-        let files = tokio::task::spawn_blocking(move || fingerprint(&prompt_files(&dirs))).await;
+        let files =
+            tokio::task::spawn_blocking(move || fingerprint(&crate::source::prompt_files(&dirs)))
+                .await;
         let Ok(stamp) = files else { continue };
         if stamp == current {
             continue;

@@ -88,10 +88,10 @@ pub fn models(args: &ModelsArgs) -> ExitCode {
             .map(|p| format!("  ${} / ${} per Mtok in/out", p.input, p.output))
             .unwrap_or_default();
         outln!(
-            "{}{}  {:?} {}  context {}  thinking {}{price}  ({}){}",
+            "{}{}  {} {}  context {}  thinking {}{price}  ({}){}",
             d.id,
             if m.is_default { " (default)" } else { "" },
-            d.provider,
+            d.provider.as_str(),
             d.model,
             d.context,
             d.thinking,

@@ -203,7 +203,7 @@ fn print_outcome(args: &ReplayArgs, prompt_path: &std::path::Path, outcome: &Out
         return;
     }
     match outcome {
-        Outcome::Completed(result) => out!("{result}"),
+        Outcome::Completed(result) => crate::report::print_result(result),
         Outcome::Cancelled => errln!("cancelled"),
         Outcome::Failed(err) => errln!(
             "{}",

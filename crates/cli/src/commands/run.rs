@@ -504,14 +504,7 @@ fn report(args: &RunArgs, finished: &Finished, verbose: u8) -> ExitCode {
             errln!("{summary}");
         }
         match outcome {
-            Outcome::Completed(result) => {
-                // The result is exact; on a terminal, end the line so the prompt comes back clean.
-                if std::io::stdout().is_terminal() && !result.ends_with('\n') {
-                    outln!("{result}");
-                } else {
-                    out!("{result}");
-                }
-            }
+            Outcome::Completed(result) => crate::report::print_result(result),
             Outcome::Cancelled => errln!("cancelled"),
             Outcome::Failed(err) => {
                 let message = promptforge_harness::secrets::redact(&err.message);
@@ -584,6 +577,12 @@ fn prompt_help(args: &RunArgs) -> ExitCode {
 pub fn run(args: &RunArgs, ui: Ui) -> ExitCode {
     if args.help {
         return prompt_help(args);
+    }
+    if args.prompt_path() == std::path::Path::new("-") && args.run_args.as_deref() == Some("-") {
+        errln!(
+            "error: --args -: stdin already carries the prompt (`run -`); pass the arguments with --args STRING or --arg"
+        );
+        return ExitCode::from(2);
     }
     let text = match read_prompt(args.prompt_path()) {
         Ok(text) => text,
