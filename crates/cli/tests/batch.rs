@@ -478,7 +478,7 @@ fn a_prompt_that_reads_an_input_file_runs_without_one_and_each_batch_input_bring
         .unwrap();
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert_eq!(output.status.code(), Some(0), "{stderr}");
-    assert_eq!(String::from_utf8_lossy(&output.stdout), "no paper");
+    assert_eq!(String::from_utf8_lossy(&output.stdout), "no paper\n");
     assert!(stderr.contains("input file `paper.md`"), "{stderr}");
     // `batch`: each input names its own file, read from the inputs file's folder.
     std::fs::create_dir(dir.path().join("in")).unwrap();

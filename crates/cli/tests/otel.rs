@@ -73,7 +73,7 @@ fn run(content: bool) -> Vec<Value> {
     let output = cmd.output().unwrap();
     assert_eq!(
         String::from_utf8_lossy(&output.stdout),
-        "re: about tides | re: about moons",
+        "re: about tides | re: about moons\n",
         "{}",
         String::from_utf8_lossy(&output.stderr)
     );

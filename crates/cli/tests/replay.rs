@@ -176,7 +176,7 @@ fn an_edited_prompt_diverges_where_it_changed_and_then_live_pays_only_after() {
         .unwrap();
     assert_eq!(
         String::from_utf8_lossy(&ran.stdout),
-        "re: one / re: two / re: one"
+        "re: one / re: two / re: one\n"
     );
     assert_eq!(calls.0.load(Ordering::SeqCst), 2);
     let record = std::fs::read_to_string(dir.path().join("two.record")).unwrap();
@@ -255,7 +255,7 @@ fn an_edited_prompt_diverges_where_it_changed_and_then_live_pays_only_after() {
     assert_eq!(live.status.code(), Some(0), "{stderr}");
     assert_eq!(
         String::from_utf8_lossy(&live.stdout),
-        "re: one / re: TWO / re: one"
+        "re: one / re: TWO / re: one\n"
     );
     assert_eq!(
         calls.0.load(Ordering::SeqCst),
