@@ -41,7 +41,7 @@ mod source;
 mod ui;
 mod witness;
 
-use commands::{batch, check, describe, mcp, models, replay, run, runs};
+use commands::{batch, check, describe, lsp, mcp, models, replay, run, runs};
 
 // Every section entry builds and frees a whole Lua state, thousands of small allocations;
 // mimalloc frees and reuses them markedly faster than the system allocator (see
@@ -87,6 +87,8 @@ enum Command {
     /// MCP: serve prompt files as tools to agents (`mcp serve DIR`), or list a configured
     /// MCP server's tools (`mcp tools NAME`).
     Mcp(mcp::McpArgs),
+    /// A language server for prompt files over stdio, for editors (see docs/editors.md).
+    Lsp(lsp::LspArgs),
     /// Print a shell completion script: `promptforge completions bash > ...`.
     Completions {
         /// The shell.
@@ -132,6 +134,7 @@ fn main() -> ExitCode {
         Command::Describe(args) => describe::describe(&args),
         Command::Models(args) => models::models(&args),
         Command::Mcp(args) => mcp::mcp(&args),
+        Command::Lsp(args) => lsp::lsp(&args),
         Command::Completions { shell } => {
             let mut command = Cli::command();
             let mut script = Vec::new();

@@ -12,31 +12,15 @@ use crate::strand::Place;
 
 /// The sibling list under `parent` (the top level for `None`).
 pub(crate) fn siblings(prompt: &Prompt, parent: Option<SectionId>) -> &[SectionId] {
-    match parent {
-        Some(parent) => prompt
-            .section(parent)
-            .map_or(&[][..], |p| p.children.as_slice()),
-        None => &prompt.top_level,
-    }
+    prompt.siblings(parent)
 }
 
-/// The sections visible from `place`: from the H1, the top level; from a section, its
-/// siblings (not itself) and then its children.
+/// The sections visible from `place` ([`Prompt::visible_from`]).
 pub(crate) fn visible_ids(prompt: &Prompt, place: Place) -> Vec<SectionId> {
-    match place {
-        Place::H1 => prompt.top_level.clone(),
-        Place::Section(id) => {
-            let Some(section) = prompt.section(id) else {
-                return Vec::new();
-            };
-            siblings(prompt, section.parent)
-                .iter()
-                .filter(|s| **s != id)
-                .chain(section.children.iter())
-                .copied()
-                .collect()
-        }
-    }
+    prompt.visible_from(match place {
+        Place::H1 => None,
+        Place::Section(id) => Some(id),
+    })
 }
 
 /// The visible set an entry's VM gets: a shared handle, resolved only if it is read.
@@ -54,23 +38,19 @@ pub(crate) fn visible_set(prompt: &Arc<Prompt>, place: Place) -> VisibleSet {
 /// message raised at the call.
 pub(crate) fn resolve(prompt: &Prompt, place: Place, target: &str) -> Result<SectionId, String> {
     let reference = parse_heading_ref(target).map_err(|e| e.to_string())?;
-    let visible = visible_ids(prompt, place);
-    visible
-        .iter()
-        .copied()
-        .find(|id| {
-            prompt.section(*id).is_some_and(|s| {
-                usize::from(s.level) == reference.level && s.name == reference.name
-            })
-        })
-        .ok_or_else(|| {
-            let list = visible
-                .iter()
-                .filter_map(|id| prompt.section(*id).map(|s| s.heading_ref()))
-                .collect::<Vec<_>>()
-                .join(", ");
-            format!("section heading `{reference}` not found; available sections: {list}")
-        })
+    let at = match place {
+        Place::H1 => None,
+        Place::Section(id) => Some(id),
+    };
+    prompt.resolve_from(at, &reference).ok_or_else(|| {
+        let visible = visible_ids(prompt, place);
+        let list = visible
+            .iter()
+            .filter_map(|id| prompt.section(*id).map(|s| s.heading_ref()))
+            .collect::<Vec<_>>()
+            .join(", ");
+        format!("section heading `{reference}` not found; available sections: {list}")
+    })
 }
 
 /// The blocks `place` runs.

@@ -112,20 +112,75 @@ impl Prompt {
     /// fence is not compiled, a frontmatter failure does not stop the body's checks) and
     /// compiles every closed fence. The first problem in the spec's order is always among them.
     pub fn check(source: &str) -> Result<Prompt, Vec<ParseError>> {
+        match Prompt::check_partial(source) {
+            (Some(prompt), problems) if problems.is_empty() => Ok(prompt),
+            (_, problems) => Err(problems),
+        }
+    }
+
+    /// [`Prompt::check`]'s problems, with the prompt as far as it could be built beside them
+    /// (an editor still navigates a file while it has problems): `None` only when the
+    /// frontmatter or the body's frame (the H1, the delimiters) failed.
+    pub fn check_partial(source: &str) -> (Option<Prompt>, Vec<ParseError>) {
         let parser = Parser::new(source, true);
         let result = parser.parse();
         let mut problems = parser.problems.into_inner();
-        match result {
-            Ok(Some(prompt)) if problems.is_empty() => return Ok(prompt),
-            Ok(_) => {}
-            Err(err) => problems.push(err),
-        }
+        let prompt = match result {
+            Ok(prompt) => prompt,
+            Err(err) => {
+                problems.push(err);
+                None
+            }
+        };
         // The first problem reported on a line is the one kept, so the problem `parse` would
         // report (always reported first) is never dropped.
         let mut lines = std::collections::HashSet::new();
         problems.retain(|p| p.line.is_none() || lines.insert(p.line));
         problems.sort_by_key(|p| (p.line.is_some(), p.line, p.column));
-        Err(problems)
+        (prompt, problems)
+    }
+
+    /// The sibling list under `parent` (the top level for `None`).
+    pub fn siblings(&self, parent: Option<SectionId>) -> &[SectionId] {
+        match parent {
+            Some(parent) => self
+                .section(parent)
+                .map_or(&[][..], |p| p.children.as_slice()),
+            None => &self.top_level,
+        }
+    }
+
+    /// The sections visible from a place (chapter 08): from the H1 (`None`), the top level;
+    /// from a section, its siblings (not itself) and then its children. A `call`, `jump`,
+    /// spawn or fanout resolves its target against these.
+    pub fn visible_from(&self, place: Option<SectionId>) -> Vec<SectionId> {
+        match place {
+            None => self.top_level.clone(),
+            Some(id) => {
+                let Some(section) = self.section(id) else {
+                    return Vec::new();
+                };
+                self.siblings(section.parent)
+                    .iter()
+                    .filter(|s| **s != id)
+                    .chain(section.children.iter())
+                    .copied()
+                    .collect()
+            }
+        }
+    }
+
+    /// The section a heading reference names among those visible from `place`.
+    pub fn resolve_from(
+        &self,
+        place: Option<SectionId>,
+        reference: &crate::heading_ref::HeadingRef,
+    ) -> Option<SectionId> {
+        self.visible_from(place).into_iter().find(|id| {
+            self.section(*id).is_some_and(|s| {
+                usize::from(s.level) == reference.level && s.name == reference.name
+            })
+        })
     }
 
     /// The section with this id.

@@ -24,6 +24,9 @@ pub struct CheckArgs {
 /// One file's problem, as `--json` prints it.
 #[derive(Debug, Serialize)]
 struct Problem {
+    /// `error` (the file does not parse or would be refused) or `warning` (a literal
+    /// reference that names nothing: the run fails there unless the call is caught).
+    severity: &'static str,
     kind: String,
     message: String,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -90,6 +93,7 @@ fn check_file(path: &Path) -> FileReport {
                 summary: None,
                 describe: None,
                 problems: vec![Problem {
+                    severity: "error",
                     kind: "Io".into(),
                     message,
                     line: None,
@@ -105,6 +109,7 @@ fn check_file(path: &Path) -> FileReport {
             for err in errors {
                 let location = problem_location(err, &text);
                 problems.push(Problem {
+                    severity: "error",
                     kind: err.kind.to_string(),
                     message: err.message.clone(),
                     line: location.map(|l| l.0),
@@ -123,6 +128,7 @@ fn check_file(path: &Path) -> FileReport {
                     .parse_kind
                     .map_or(err.kind.to_string(), |k| k.to_string());
                 problems.push(Problem {
+                    severity: "error",
                     kind,
                     message: err.message,
                     line: err.line,
@@ -131,9 +137,30 @@ fn check_file(path: &Path) -> FileReport {
             }
         }
     }
+    // Literal references that name nothing: warnings, which never fail the check (a prompt
+    // may name a missing section on purpose, under `pcall`).
+    let analysis = promptforge_ide::Analysis::new(&text);
+    let warned_lines: Vec<Option<u32>> = problems.iter().map(|p| p.line).collect();
+    for warning in analysis
+        .diagnostics()
+        .iter()
+        .filter(|d| d.severity == promptforge_ide::Severity::Warning)
+    {
+        if warned_lines.contains(&Some(warning.span.start.line)) {
+            continue;
+        }
+        problems.push(Problem {
+            severity: "warning",
+            kind: warning.kind.clone(),
+            message: warning.message.clone(),
+            line: Some(warning.span.start.line),
+            column: Some(warning.span.start.col),
+        });
+    }
+    problems.sort_by_key(|p| (p.line.is_some(), p.line, p.column));
     FileReport {
         file,
-        ok: problems.is_empty(),
+        ok: problems.iter().all(|p| p.severity != "error"),
         summary: parsed.as_ref().ok().map(summarize),
         describe: parsed.as_ref().ok().map(crate::describe::Description::of),
         problems,
@@ -181,18 +208,12 @@ pub fn check(args: &CheckArgs) -> ExitCode {
     } else {
         for report in &reports {
             for p in &report.problems {
-                match (p.line, p.column) {
-                    (Some(line), Some(col)) => outln!(
-                        "{}:{line}:{col}: error[{}]: {}",
-                        report.file,
-                        p.kind,
-                        p.message
-                    ),
-                    (Some(line), None) => {
-                        outln!("{}:{line}: error[{}]: {}", report.file, p.kind, p.message)
-                    }
-                    _ => outln!("{}: error[{}]: {}", report.file, p.kind, p.message),
-                }
+                let at = match (p.line, p.column) {
+                    (Some(line), Some(col)) => format!("{}:{line}:{col}", report.file),
+                    (Some(line), None) => format!("{}:{line}", report.file),
+                    _ => report.file.clone(),
+                };
+                outln!("{at}: {}[{}]: {}", p.severity, p.kind, p.message);
             }
             if let (true, Some(s)) = (report.ok, &report.summary) {
                 outln!(

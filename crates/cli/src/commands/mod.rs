@@ -5,6 +5,7 @@
 pub(crate) mod batch;
 pub(crate) mod check;
 pub(crate) mod describe;
+pub(crate) mod lsp;
 pub(crate) mod mcp;
 pub(crate) mod models;
 pub(crate) mod replay;

@@ -1,0 +1,452 @@
+//! `promptforge lsp`: a language server over stdio for prompt files.
+//!
+//! The answers come from `promptforge-ide` (pure functions of the text); this module only
+//! speaks the protocol: it keeps the open documents (incremental sync), analyses a document
+//! again on every change, publishes its diagnostics, and turns the analysis's 1-based
+//! line/byte positions into the client's encoding (UTF-16 unless the client offers UTF-8).
+//! Built on rust-analyzer's `lsp-server` (see docs/decisions.md for why).
+
+use std::collections::HashMap;
+use std::process::ExitCode;
+
+use clap::Args;
+use lsp_server::{Connection, Message, Notification, Request, Response};
+use lsp_types as lsp;
+use promptforge_ide::{Analysis, CompletionKind, Pos, Severity, Span, Symbol};
+use serde_json::{Value as Json, json};
+
+#[derive(Debug, Args)]
+pub struct LspArgs {
+    /// Speak over stdio (the default, and the only transport).
+    #[arg(long)]
+    stdio: bool,
+}
+
+pub fn lsp(_args: &LspArgs) -> ExitCode {
+    match serve() {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(message) => {
+            errln!("error: promptforge lsp: {message}");
+            ExitCode::from(1)
+        }
+    }
+}
+
+/// One open document: its text and its analysis.
+struct Document {
+    text: String,
+    analysis: Analysis,
+}
+
+impl Document {
+    fn new(text: String) -> Document {
+        let analysis = Analysis::new(&text);
+        Document { text, analysis }
+    }
+}
+
+/// The server's state: the open documents and the position encoding agreed with the client.
+struct Server {
+    documents: HashMap<String, Document>,
+    utf8: bool,
+}
+
+fn serve() -> Result<(), String> {
+    let (connection, io_threads) = Connection::stdio();
+    let (id, params) = connection.initialize_start().map_err(|e| e.to_string())?;
+    let params: lsp::InitializeParams =
+        serde_json::from_value(params).map_err(|e| format!("initialize: {e}"))?;
+    let utf8 = params
+        .capabilities
+        .general
+        .as_ref()
+        .and_then(|g| g.position_encodings.as_ref())
+        .is_some_and(|encodings| encodings.contains(&lsp::PositionEncodingKind::UTF8));
+    let capabilities = lsp::ServerCapabilities {
+        position_encoding: Some(if utf8 {
+            lsp::PositionEncodingKind::UTF8
+        } else {
+            lsp::PositionEncodingKind::UTF16
+        }),
+        text_document_sync: Some(lsp::TextDocumentSyncCapability::Kind(
+            lsp::TextDocumentSyncKind::INCREMENTAL,
+        )),
+        definition_provider: Some(lsp::OneOf::Left(true)),
+        references_provider: Some(lsp::OneOf::Left(true)),
+        hover_provider: Some(lsp::HoverProviderCapability::Simple(true)),
+        document_symbol_provider: Some(lsp::OneOf::Left(true)),
+        folding_range_provider: Some(lsp::FoldingRangeProviderCapability::Simple(true)),
+        completion_provider: Some(lsp::CompletionOptions {
+            trigger_characters: Some(
+                [".", "'", "\"", "#", " "]
+                    .iter()
+                    .map(|s| (*s).to_owned())
+                    .collect(),
+            ),
+            ..lsp::CompletionOptions::default()
+        }),
+        ..lsp::ServerCapabilities::default()
+    };
+    let result = json!({
+        "capabilities": capabilities,
+        "serverInfo": {"name": "promptforge", "version": env!("CARGO_PKG_VERSION")},
+    });
+    connection
+        .initialize_finish(id, result)
+        .map_err(|e| e.to_string())?;
+    let mut server = Server {
+        documents: HashMap::new(),
+        utf8,
+    };
+    for message in &connection.receiver {
+        match message {
+            Message::Request(request) => {
+                if connection
+                    .handle_shutdown(&request)
+                    .map_err(|e| e.to_string())?
+                {
+                    break;
+                }
+                let response = server.request(request);
+                connection
+                    .sender
+                    .send(Message::Response(response))
+                    .map_err(|e| e.to_string())?;
+            }
+            Message::Notification(notification) => {
+                for out in server.notification(notification) {
+                    connection
+                        .sender
+                        .send(Message::Notification(out))
+                        .map_err(|e| e.to_string())?;
+                }
+            }
+            Message::Response(_) => {}
+        }
+    }
+    drop(connection);
+    io_threads.join().map_err(|e| e.to_string())
+}
+
+impl Server {
+    /// A notification; what to send back (diagnostics after a change).
+    fn notification(&mut self, notification: Notification) -> Vec<Notification> {
+        let uri = match notification.method.as_str() {
+            "textDocument/didOpen" => {
+                let Ok(p) =
+                    serde_json::from_value::<lsp::DidOpenTextDocumentParams>(notification.params)
+                else {
+                    return Vec::new();
+                };
+                let uri = p.text_document.uri.to_string();
+                self.documents
+                    .insert(uri.clone(), Document::new(p.text_document.text));
+                uri
+            }
+            "textDocument/didChange" => {
+                let Ok(p) =
+                    serde_json::from_value::<lsp::DidChangeTextDocumentParams>(notification.params)
+                else {
+                    return Vec::new();
+                };
+                let uri = p.text_document.uri.to_string();
+                let Some(document) = self.documents.get_mut(&uri) else {
+                    return Vec::new();
+                };
+                let mut text = std::mem::take(&mut document.text);
+                for change in p.content_changes {
+                    match change.range {
+                        Some(range) => {
+                            let start = offset(&text, range.start, self.utf8);
+                            let end = offset(&text, range.end, self.utf8).max(start);
+                            text.replace_range(start..end, &change.text);
+                        }
+                        None => text = change.text,
+                    }
+                }
+                *document = Document::new(text);
+                uri
+            }
+            "textDocument/didClose" => {
+                if let Ok(p) =
+                    serde_json::from_value::<lsp::DidCloseTextDocumentParams>(notification.params)
+                {
+                    self.documents.remove(&p.text_document.uri.to_string());
+                }
+                return Vec::new();
+            }
+            _ => return Vec::new(),
+        };
+        self.diagnostics(&uri).into_iter().collect()
+    }
+
+    /// The diagnostics notification for a document.
+    fn diagnostics(&self, uri: &str) -> Option<Notification> {
+        let document = self.documents.get(uri)?;
+        let diagnostics: Vec<lsp::Diagnostic> = document
+            .analysis
+            .diagnostics()
+            .iter()
+            .map(|d| lsp::Diagnostic {
+                range: range(&document.text, d.span, self.utf8),
+                severity: Some(match d.severity {
+                    Severity::Error => lsp::DiagnosticSeverity::ERROR,
+                    Severity::Warning => lsp::DiagnosticSeverity::WARNING,
+                }),
+                code: Some(lsp::NumberOrString::String(d.kind.clone())),
+                source: Some("promptforge".to_owned()),
+                message: d.message.clone(),
+                ..lsp::Diagnostic::default()
+            })
+            .collect();
+        Some(Notification::new(
+            "textDocument/publishDiagnostics".to_owned(),
+            json!({"uri": uri, "diagnostics": diagnostics}),
+        ))
+    }
+
+    /// A request's response.
+    fn request(&self, request: Request) -> Response {
+        let id = request.id.clone();
+        match self.answer(&request) {
+            Ok(value) => Response::new_ok(id, value),
+            Err(message) => {
+                Response::new_err(id, lsp_server::ErrorCode::InvalidParams as i32, message)
+            }
+        }
+    }
+
+    fn answer(&self, request: &Request) -> Result<Json, String> {
+        let position = || -> Result<(&Document, String, Pos), String> {
+            let p: lsp::TextDocumentPositionParams =
+                serde_json::from_value(request.params.clone()).map_err(|e| e.to_string())?;
+            let uri = p.text_document.uri.to_string();
+            let document = self
+                .documents
+                .get(&uri)
+                .ok_or_else(|| format!("{uri} is not open"))?;
+            let pos = pos(&document.text, p.position, self.utf8);
+            Ok((document, uri, pos))
+        };
+        let document_of = || -> Result<(&Document, String), String> {
+            let uri = request.params["textDocument"]["uri"]
+                .as_str()
+                .ok_or("no textDocument.uri")?
+                .to_owned();
+            let document = self
+                .documents
+                .get(&uri)
+                .ok_or_else(|| format!("{uri} is not open"))?;
+            Ok((document, uri))
+        };
+        let location = |document: &Document, uri: &str, span: Span| json!({"uri": uri, "range": range(&document.text, span, self.utf8)});
+        Ok(match request.method.as_str() {
+            "textDocument/definition" => {
+                let (document, uri, pos) = position()?;
+                match document.analysis.definition(pos) {
+                    Some(span) => location(document, &uri, span),
+                    None => Json::Null,
+                }
+            }
+            "textDocument/references" => {
+                let (document, uri, pos) = position()?;
+                Json::Array(
+                    document
+                        .analysis
+                        .references(pos)
+                        .into_iter()
+                        .map(|span| location(document, &uri, span))
+                        .collect(),
+                )
+            }
+            "textDocument/hover" => {
+                let (document, _, pos) = position()?;
+                match document.analysis.hover(pos) {
+                    Some(markdown) => json!({
+                        "contents": {"kind": "markdown", "value": markdown}
+                    }),
+                    None => Json::Null,
+                }
+            }
+            "textDocument/completion" => {
+                let (document, _, pos) = position()?;
+                let items: Vec<lsp::CompletionItem> = document
+                    .analysis
+                    .completion(pos)
+                    .into_iter()
+                    .map(|c| lsp::CompletionItem {
+                        label: c.label,
+                        kind: Some(match c.kind {
+                            CompletionKind::Section => lsp::CompletionItemKind::REFERENCE,
+                            CompletionKind::Function => lsp::CompletionItemKind::FUNCTION,
+                            CompletionKind::Field => lsp::CompletionItemKind::FIELD,
+                            CompletionKind::Role => lsp::CompletionItemKind::VARIABLE,
+                            CompletionKind::Tool => lsp::CompletionItemKind::VARIABLE,
+                            CompletionKind::Arg => lsp::CompletionItemKind::PROPERTY,
+                            CompletionKind::Key => lsp::CompletionItemKind::PROPERTY,
+                        }),
+                        detail: Some(c.detail),
+                        documentation: (!c.doc.is_empty()).then_some(
+                            lsp::Documentation::MarkupContent(lsp::MarkupContent {
+                                kind: lsp::MarkupKind::Markdown,
+                                value: c.doc,
+                            }),
+                        ),
+                        ..lsp::CompletionItem::default()
+                    })
+                    .collect();
+                serde_json::to_value(items).map_err(|e| e.to_string())?
+            }
+            "textDocument/documentSymbol" => {
+                let (document, _) = document_of()?;
+                let symbols: Vec<Json> = document
+                    .analysis
+                    .symbols()
+                    .iter()
+                    .map(|s| symbol(&document.text, s, self.utf8))
+                    .collect();
+                Json::Array(symbols)
+            }
+            "textDocument/foldingRange" => {
+                let (document, _) = document_of()?;
+                Json::Array(
+                    document
+                        .analysis
+                        .folding()
+                        .into_iter()
+                        .map(|(start, end)| {
+                            json!({"startLine": start.saturating_sub(1), "endLine": end.saturating_sub(1)})
+                        })
+                        .collect(),
+                )
+            }
+            other => return Err(format!("unsupported request {other}")),
+        })
+    }
+}
+
+/// A document symbol, nested.
+fn symbol(text: &str, s: &Symbol, utf8: bool) -> Json {
+    json!({
+        "name": s.name,
+        "detail": if s.level == 1 { "H1".to_owned() } else { format!("H{}", s.level) },
+        "kind": if s.level == 1 { lsp::SymbolKind::FILE } else { lsp::SymbolKind::NAMESPACE },
+        "range": range(text, s.span, utf8),
+        "selectionRange": range(text, s.selection, utf8),
+        "children": s.children.iter().map(|c| symbol(text, c, utf8)).collect::<Vec<_>>(),
+    })
+}
+
+/// The text of 0-based line `line`.
+fn line_text(text: &str, line: u32) -> &str {
+    let line = text.split('\n').nth(line as usize).unwrap_or("");
+    line.strip_suffix('\r').unwrap_or(line)
+}
+
+/// An analysis position in the client's terms.
+fn position(text: &str, pos: Pos, utf8: bool) -> lsp::Position {
+    let line = pos.line.saturating_sub(1);
+    let content = line_text(text, line);
+    let byte = usize::try_from(pos.col.saturating_sub(1))
+        .unwrap_or(0)
+        .min(content.len());
+    let byte = (0..=byte)
+        .rev()
+        .find(|i| content.is_char_boundary(*i))
+        .unwrap_or(0);
+    let character = if utf8 {
+        byte
+    } else {
+        content[..byte].encode_utf16().count()
+    };
+    lsp::Position {
+        line,
+        character: u32::try_from(character).unwrap_or(u32::MAX),
+    }
+}
+
+fn range(text: &str, span: Span, utf8: bool) -> lsp::Range {
+    lsp::Range {
+        start: position(text, span.start, utf8),
+        end: position(text, span.end, utf8),
+    }
+}
+
+/// A client position as a byte offset on its line.
+fn line_byte(content: &str, character: u32, utf8: bool) -> usize {
+    if utf8 {
+        return usize::try_from(character)
+            .unwrap_or(usize::MAX)
+            .min(content.len());
+    }
+    let mut units = 0u32;
+    for (i, c) in content.char_indices() {
+        if units >= character {
+            return i;
+        }
+        units += u32::try_from(c.len_utf16()).unwrap_or(1);
+    }
+    content.len()
+}
+
+/// A client position as an analysis position.
+fn pos(text: &str, p: lsp::Position, utf8: bool) -> Pos {
+    let content = line_text(text, p.line);
+    let byte = line_byte(content, p.character, utf8);
+    Pos {
+        line: p.line + 1,
+        col: u32::try_from(byte + 1).unwrap_or(u32::MAX),
+    }
+}
+
+/// A client position as a byte offset in the whole text (past the end: the end).
+fn offset(text: &str, p: lsp::Position, utf8: bool) -> usize {
+    let mut start = 0;
+    for _ in 0..p.line {
+        match text[start..].find('\n') {
+            Some(i) => start += i + 1,
+            None => return text.len(),
+        }
+    }
+    let end = text[start..].find('\n').map_or(text.len(), |i| start + i);
+    start + line_byte(&text[start..end], p.character, utf8)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn positions_convert_both_ways_in_either_encoding() {
+        let text = "a\nhé𝄞x\n";
+        let p = Pos { line: 2, col: 8 }; // after `𝄞` (h=1, é=2, 𝄞=4 bytes)
+        let utf16 = position(text, p, false);
+        assert_eq!((utf16.line, utf16.character), (1, 4));
+        assert_eq!(pos(text, utf16, false), p);
+        let utf8 = position(text, p, true);
+        assert_eq!(utf8.character, 7);
+        assert_eq!(pos(text, utf8, true), p);
+        assert_eq!(
+            offset(
+                text,
+                lsp::Position {
+                    line: 1,
+                    character: 4
+                },
+                false
+            ),
+            9
+        );
+        assert_eq!(
+            offset(
+                text,
+                lsp::Position {
+                    line: 9,
+                    character: 0
+                },
+                false
+            ),
+            text.len()
+        );
+    }
+}

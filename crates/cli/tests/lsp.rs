@@ -1,0 +1,223 @@
+//! `promptforge lsp` over its real stdio, speaking the protocol as an editor does: the
+//! handshake, diagnostics on open and on an incremental change, definition, references,
+//! completion, hover, symbols, folding, and a clean shutdown.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
+
+use serde_json::{Value, json};
+
+struct Client {
+    child: Child,
+    stdin: ChildStdin,
+    stdout: BufReader<ChildStdout>,
+    next: i64,
+}
+
+impl Client {
+    fn start() -> Client {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_promptforge"))
+            .arg("lsp")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let stdin = child.stdin.take().unwrap();
+        let stdout = BufReader::new(child.stdout.take().unwrap());
+        Client {
+            child,
+            stdin,
+            stdout,
+            next: 1,
+        }
+    }
+
+    fn send(&mut self, message: &Value) {
+        let body = message.to_string();
+        write!(self.stdin, "Content-Length: {}\r\n\r\n{body}", body.len()).unwrap();
+        self.stdin.flush().unwrap();
+    }
+
+    fn read(&mut self) -> Value {
+        let mut length = 0;
+        loop {
+            let mut line = String::new();
+            self.stdout.read_line(&mut line).unwrap();
+            let line = line.trim_end();
+            if line.is_empty() {
+                break;
+            }
+            if let Some(n) = line.strip_prefix("Content-Length: ") {
+                length = n.parse().unwrap();
+            }
+        }
+        let mut body = vec![0; length];
+        self.stdout.read_exact(&mut body).unwrap();
+        serde_json::from_slice(&body).unwrap()
+    }
+
+    fn request(&mut self, method: &str, params: Value) -> Value {
+        let id = self.next;
+        self.next += 1;
+        self.send(&json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}));
+        loop {
+            let message = self.read();
+            if message["id"] == id {
+                return message["result"].clone();
+            }
+        }
+    }
+
+    fn notify(&mut self, method: &str, params: Value) {
+        self.send(&json!({"jsonrpc": "2.0", "method": method, "params": params}));
+    }
+
+    /// The next diagnostics published.
+    fn diagnostics(&mut self) -> Vec<Value> {
+        loop {
+            let message = self.read();
+            if message["method"] == "textDocument/publishDiagnostics" {
+                return message["params"]["diagnostics"].as_array().unwrap().clone();
+            }
+        }
+    }
+}
+
+const URI: &str = "file:///tmp/p.md";
+
+const TEXT: &str = "---\nname: p\ndescription: d\npromptforge: 0\nmodels:\n  writer: {}\n---\n\n# P\n\n## Main\n\n```lua\nmodels.use('writer')\nreturn call('## Sumarize')\n```\n\n## Summarize\n\nSay it short.\n\n```lua\nlocal x = = 1\n```\n";
+
+fn at(line: u32, character: u32) -> Value {
+    json!({"textDocument": {"uri": URI}, "position": {"line": line, "character": character}})
+}
+
+#[test]
+fn an_editor_session_over_stdio() {
+    let mut client = Client::start();
+    let init = client.request(
+        "initialize",
+        json!({"processId": null, "rootUri": null, "capabilities": {}}),
+    );
+    let caps = &init["capabilities"];
+    assert_eq!(caps["positionEncoding"], "utf-16");
+    assert_eq!(caps["textDocumentSync"], 2, "incremental");
+    for provider in [
+        "definitionProvider",
+        "referencesProvider",
+        "hoverProvider",
+        "documentSymbolProvider",
+        "foldingRangeProvider",
+        "completionProvider",
+    ] {
+        assert!(!caps[provider].is_null(), "{provider}");
+    }
+    client.notify("initialized", json!({}));
+    client.notify(
+        "textDocument/didOpen",
+        json!({"textDocument": {"uri": URI, "languageId": "promptforge", "version": 1, "text": TEXT}}),
+    );
+    // Two unrelated problems: the typo'd reference (a warning with a suggestion) and a Lua
+    // syntax error (an error), each at its own line.
+    let diagnostics = client.diagnostics();
+    let seen: Vec<(u64, u64, String)> = diagnostics
+        .iter()
+        .map(|d| {
+            (
+                d["range"]["start"]["line"].as_u64().unwrap(),
+                d["severity"].as_u64().unwrap(),
+                d["message"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect();
+    assert_eq!(seen.len(), 2, "{seen:?}");
+    assert_eq!((seen[0].0, seen[0].1), (14, 2));
+    assert!(
+        seen[0].2.contains("did you mean `## Summarize`?"),
+        "{seen:?}"
+    );
+    assert_eq!((seen[1].0, seen[1].1), (22, 1));
+
+    // Fix the typo with an incremental edit: `Sumarize` → `Summarize` (insert an `m`).
+    client.notify(
+        "textDocument/didChange",
+        json!({"textDocument": {"uri": URI, "version": 2}, "contentChanges": [
+            {"range": {"start": {"line": 14, "character": 18}, "end": {"line": 14, "character": 18}}, "text": "m"}
+        ]}),
+    );
+    let diagnostics = client.diagnostics();
+    assert_eq!(diagnostics.len(), 1, "{diagnostics:?}");
+    assert_eq!(diagnostics[0]["severity"], 1);
+
+    // From the reference to its heading, and back.
+    let definition = client.request("textDocument/definition", at(14, 16));
+    assert_eq!(definition["uri"], URI);
+    assert_eq!(definition["range"]["start"]["line"], 17);
+    let references = client.request("textDocument/references", at(17, 3));
+    let lines: Vec<u64> = references
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| l["range"]["start"]["line"].as_u64().unwrap())
+        .collect();
+    assert_eq!(lines, [17, 14]);
+
+    // Completion inside the reference, and after `models.`.
+    let items = client.request("textDocument/completion", at(14, 16));
+    let labels: Vec<&str> = items
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| i["label"].as_str().unwrap())
+        .collect();
+    assert_eq!(labels, ["## Summarize"]);
+    let items = client.request("textDocument/completion", at(13, 7));
+    assert!(
+        items
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|i| i["label"] == "loop"),
+        "{items}"
+    );
+
+    // Hover on an Engine function, document symbols and folding ranges.
+    let hover = client.request("textDocument/hover", at(13, 8));
+    assert!(
+        hover["contents"]["value"]
+            .as_str()
+            .unwrap()
+            .contains("models.use(label, options?)"),
+        "{hover}"
+    );
+    let symbols = client.request(
+        "textDocument/documentSymbol",
+        json!({"textDocument": {"uri": URI}}),
+    );
+    assert_eq!(symbols[0]["name"], "P");
+    let children: Vec<&str> = symbols[0]["children"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(children, ["Main", "Summarize"]);
+    let folds = client.request(
+        "textDocument/foldingRange",
+        json!({"textDocument": {"uri": URI}}),
+    );
+    assert!(
+        folds
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|f| f["startLine"] == 0 && f["endLine"] == 6),
+        "{folds}"
+    );
+
+    client.request("shutdown", Value::Null);
+    client.notify("exit", Value::Null);
+    let status = client.child.wait().unwrap();
+    assert!(status.success());
+}
