@@ -150,6 +150,8 @@ pub struct Host {
     /// The MCP Plugins, and whether this Host stops their servers when it is done (it does
     /// when they run on its own runtime).
     mcp: Option<(Arc<McpPlugins>, bool)>,
+    /// The response cache, when `--cache` is on.
+    cache: Option<crate::response_cache::RunCache>,
 }
 
 /// The tokio runtime a Host drives its effects on: its own, or one shared by many runs (a
@@ -325,6 +327,7 @@ impl Host {
             recorder: None,
             replay: None,
             mcp: None,
+            cache: None,
         })
     }
 
@@ -411,6 +414,12 @@ impl Host {
     }
 
     /// Share a limit on model rounds in flight with other runs (a batch).
+    /// Answer model rounds from the response cache where it can, and keep new replies there.
+    pub(crate) fn cache(mut self, cache: crate::response_cache::RunCache) -> Self {
+        self.cache = Some(cache);
+        self
+    }
+
     pub fn round_slots(mut self, slots: Arc<tokio::sync::Semaphore>) -> Self {
         self.round_slots = Some(slots);
         self
@@ -779,6 +788,34 @@ impl Host {
             }
             return Started::Now(round_answer(infer, result, &self.diagnosis, self.notes));
         }
+        // The response cache: a hit is answered now, with the reply and usage it had.
+        let cache_key = self.cache.as_mut().map(|cache| {
+            let identity = json!({
+                "id": model.description.id,
+                "base_url": model.description.base_url,
+                "model": model.description.model,
+            });
+            let request = serde_json::to_value(&request).unwrap_or(Json::Null);
+            cache.key(&identity, &request, task.as_deref().unwrap_or("0"))
+        });
+        if let (Some(cache), Some(key)) = (&self.cache, &cache_key)
+            && let Some(answer) = cache.get(key)
+        {
+            let usage: Option<Usage> = serde_json::from_value(answer["usage"].clone()).ok();
+            self.progress.round_cached(usage.as_ref());
+            for witness in self.witnesses() {
+                witness.round_finished(id, Some(usage.as_ref()));
+            }
+            if self.notes == Notes::JsonStdout {
+                note(
+                    self.notes,
+                    "",
+                    || json!({"host_event": "model_cached", "effect": id}),
+                );
+            }
+            return Started::Now(Answer::Value(answer));
+        }
+        let keep = cache_key.and_then(|key| self.cache.as_ref().map(|c| (c.cache.clone(), key)));
         let provider = model.provider.clone();
         let tx = self.tx.clone();
         let watch = RoundWatch {
@@ -799,6 +836,16 @@ impl Host {
                     let result = provider.stream(&request, &watch).await;
                     if let Ok(reply) = &result {
                         let _ = tx.send(HostMessage::Replied(id, reply.usage));
+                        // Only replies are kept: never an error, a refusal or an overflow.
+                        if let Some((cache, key)) = &keep {
+                            let kept = cache
+                                .lock()
+                                .unwrap_or_else(|e| e.into_inner())
+                                .put(key, &reply_answer(reply));
+                            if let Err(e) = kept {
+                                tracing::warn!("{e}");
+                            }
+                        }
                     }
                     let answer = round_answer(infer, result, &watch.diagnosis, watch.notes);
                     let _ = tx.send(HostMessage::Answer(id, answer));

@@ -36,12 +36,13 @@ mod html;
 mod otel;
 mod record;
 mod report;
+mod response_cache;
 mod session;
 mod source;
 mod ui;
 mod witness;
 
-use commands::{batch, check, describe, lsp, mcp, models, replay, run, runs};
+use commands::{batch, cache, check, describe, lsp, mcp, models, replay, run, runs};
 
 // Every section entry builds and frees a whole Lua state, thousands of small allocations;
 // mimalloc frees and reuses them markedly faster than the system allocator (see
@@ -87,6 +88,8 @@ enum Command {
     /// MCP: serve prompt files as tools to agents (`mcp serve DIR`), or list a configured
     /// MCP server's tools (`mcp tools NAME`).
     Mcp(mcp::McpArgs),
+    /// The response cache of `--cache`: `cache stats`, `cache clear [--older-than DAYS]`.
+    Cache(cache::CacheArgs),
     /// A language server for prompt files over stdio, for editors (see docs/editors.md).
     Lsp(lsp::LspArgs),
     /// Print a shell completion script: `promptforge completions bash > ...`.
@@ -135,6 +138,7 @@ fn main() -> ExitCode {
         Command::Models(args) => models::models(&args),
         Command::Mcp(args) => mcp::mcp(&args),
         Command::Lsp(args) => lsp::lsp(&args),
+        Command::Cache(args) => cache::cache(&args),
         Command::Completions { shell } => {
             let mut command = Cli::command();
             let mut script = Vec::new();

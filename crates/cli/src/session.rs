@@ -23,6 +23,40 @@ use promptforge_syntax::frontmatter::Frontmatter;
 
 use crate::host::{CurrentModel, Host, HostMessage, Operator};
 
+/// The response cache flags of `run` and `batch`.
+#[derive(Debug, Clone, Args)]
+pub(crate) struct CacheFlags {
+    /// Answer model rounds sent before from the response cache, and keep new replies there
+    /// (also `PROMPTFORGE_CACHE=on`). See docs/devloop.md.
+    #[arg(long)]
+    pub(crate) cache: bool,
+    /// How long a cached reply is used, in days.
+    #[arg(long, value_name = "DAYS", default_value_t = 14.0)]
+    pub(crate) cache_ttl: f64,
+}
+
+impl CacheFlags {
+    /// The cache file, opened, when the cache is on.
+    pub(crate) fn open(
+        &self,
+    ) -> Result<Option<Arc<std::sync::Mutex<crate::response_cache::ResponseCache>>>, String> {
+        if !self.cache && !crate::response_cache::on_by_environment() {
+            return Ok(None);
+        }
+        if !(self.cache_ttl.is_finite() && self.cache_ttl >= 0.0) {
+            return Err(format!(
+                "--cache-ttl {}: give a number of days",
+                self.cache_ttl
+            ));
+        }
+        let path = crate::response_cache::location()
+            .ok_or("the response cache has no place: set PROMPTFORGE_CACHE_FILE")?;
+        let ttl = std::time::Duration::from_secs_f64(self.cache_ttl * 86_400.0);
+        let cache = crate::response_cache::ResponseCache::open(&path, ttl)?;
+        Ok(Some(Arc::new(std::sync::Mutex::new(cache))))
+    }
+}
+
 /// The flags that choose the current model and the network, the same on every command that
 /// runs prompts.
 #[derive(Debug, Clone, Default, Args)]

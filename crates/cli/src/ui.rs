@@ -272,9 +272,22 @@ pub(crate) struct Totals {
     pub unmetered: u64,
     pub prompt_tokens: u64,
     pub completion_tokens: u64,
+    /// Rounds answered from the response cache (counted in `rounds` too), and their tokens.
+    pub cached: u64,
+    pub cached_prompt_tokens: u64,
+    pub cached_completion_tokens: u64,
 }
 
 impl Totals {
+    /// A round answered from the response cache (its tokens are in the totals already).
+    pub(crate) fn add_cached(&mut self, usage: Option<&Usage>) {
+        self.cached += 1;
+        if let Some(u) = usage {
+            self.cached_prompt_tokens += u.prompt_tokens;
+            self.cached_completion_tokens += u.completion_tokens;
+        }
+    }
+
     pub(crate) fn add(&mut self, usage: Option<&Usage>) {
         self.rounds += 1;
         match usage {
@@ -291,12 +304,27 @@ impl Totals {
         if self.unmetered > 0 {
             return None;
         }
+        // Cached rounds were paid for when they were first sent: not again.
         let usage = Usage {
-            prompt_tokens: self.prompt_tokens,
-            completion_tokens: self.completion_tokens,
+            prompt_tokens: self.prompt_tokens.saturating_sub(self.cached_prompt_tokens),
+            completion_tokens: self
+                .completion_tokens
+                .saturating_sub(self.cached_completion_tokens),
             reasoning_tokens: None,
         };
         price.map(|p| p.cost(&usage))
+    }
+
+    /// What the cached rounds would have cost, sent again.
+    fn cached_cost(&self, price: Option<&Price>) -> Option<f64> {
+        let usage = Usage {
+            prompt_tokens: self.cached_prompt_tokens,
+            completion_tokens: self.cached_completion_tokens,
+            reasoning_tokens: None,
+        };
+        (self.cached > 0 && self.unmetered == 0)
+            .then(|| price.map(|p| p.cost(&usage)))
+            .flatten()
     }
 
     /// `3 rounds · 1,204 in / 311 out tokens · $0.0041` (or `cost unknown`).
@@ -326,6 +354,18 @@ impl Totals {
                 Some(id) => format!("cost unknown (no price for {id} in the catalog)"),
                 None => "cost unknown".to_owned(),
             },
+        };
+        let (rounds, cost) = if self.cached > 0 {
+            let saved = self
+                .cached_cost(price)
+                .map(|c| format!(" (cached rounds: ${c:.4} not spent)"))
+                .unwrap_or_default();
+            (
+                format!("{rounds} ({} cached)", self.cached),
+                format!("{cost}{saved}"),
+            )
+        } else {
+            (rounds, cost)
         };
         format!("{rounds} · {tokens} · {cost}")
     }
@@ -713,6 +753,11 @@ impl Progress {
         line
     }
 
+    /// A model round was answered from the response cache (`round_finished` counts it too).
+    pub(crate) fn round_cached(&mut self, usage: Option<&Usage>) {
+        self.totals.add_cached(usage);
+    }
+
     /// A model round ended (a reply, with its usage if reported) or was dropped (`None`).
     fn round_ended(&mut self, effect: EffectId, reply: Option<Option<&Usage>>) {
         if let Some(usage) = reply {
@@ -844,6 +889,17 @@ mod tests {
         assert_eq!(
             t.text(price.as_ref(), None),
             "2 rounds · 2,000 in / 1,000 out tokens · $0.0120"
+        );
+        // A round answered from the cache is counted apart, and costs nothing this time.
+        let mut cached = t;
+        cached.add_cached(Some(&Usage {
+            prompt_tokens: 500,
+            completion_tokens: 500,
+            reasoning_tokens: None,
+        }));
+        assert_eq!(
+            cached.text(price.as_ref(), None),
+            "2 rounds (1 cached) · 2,000 in / 1,000 out tokens · $0.0070 (cached rounds: $0.0050 not spent)"
         );
         t.add(None);
         assert_eq!(

@@ -28,7 +28,7 @@ use serde_json::Value as Json;
 
 use crate::host::{Notes, Operator, channel};
 use crate::report::Ui;
-use crate::session::{ModelFlags, Session, start_instant};
+use crate::session::{CacheFlags, ModelFlags, Session, start_instant};
 use crate::source::read_prompt;
 use crate::ui::{Totals, duration_text, plural, thousands};
 
@@ -71,6 +71,8 @@ pub struct BatchArgs {
     when: Option<String>,
     #[command(flatten)]
     models: ModelFlags,
+    #[command(flatten)]
+    cache: CacheFlags,
     /// The most model rounds in flight across the whole batch, and the most runs at once.
     #[arg(long, value_name = "N", default_value_t = promptforge_engine::run::DEFAULT_CONCURRENCY,
           value_parser = clap::value_parser!(u32).range(1..))]
@@ -251,6 +253,8 @@ struct Shared {
     concurrency: u32,
     slots: Arc<tokio::sync::Semaphore>,
     cancel: Arc<AtomicBool>,
+    /// The response cache, when `--cache` is on (each run keys its rounds by its repeat).
+    cache: Option<Arc<Mutex<crate::response_cache::ResponseCache>>>,
     /// The Host channels of the runs in flight, by job: Ctrl-C wakes each, so a run waiting
     /// on a model round sees the cancel at once instead of after the round.
     waking: Wakers,
@@ -353,6 +357,12 @@ fn run_one(shared: &Shared, job: &Job) -> ResultLine {
                 .notes(Notes::Keep)
                 .round_slots(shared.slots.clone())
                 .shared_runtime(shared.runtime.clone());
+            if let Some(cache) = &shared.cache {
+                host = host.cache(crate::response_cache::RunCache::new(
+                    cache.clone(),
+                    job.repeat,
+                ));
+            }
             if let Some(mcp) = &shared.mcp {
                 host = host.mcp(mcp.clone());
             }
@@ -876,6 +886,7 @@ fn batch_inner(args: &BatchArgs, ui: Ui) -> Result<ExitCode, String> {
         slots: Arc::new(tokio::sync::Semaphore::new(args.concurrency as usize)),
         cancel: cancel.clone(),
         waking: waking.clone(),
+        cache: args.cache.open()?,
     });
 
     // The results: new ones are appended as they come, so an interrupted batch resumes.

@@ -3,6 +3,7 @@
 //! no command imports another.
 
 pub(crate) mod batch;
+pub(crate) mod cache;
 pub(crate) mod check;
 pub(crate) mod describe;
 pub(crate) mod lsp;

@@ -25,8 +25,8 @@ use std::io::IsTerminal;
 
 use crate::report::{Ui, event_json, exit_code, outcome_json};
 use crate::session::{
-    ModelFlags, Session, StoreDir, header_for, keep_record, open_store, os_seed, read_snapshot,
-    start_instant,
+    CacheFlags, ModelFlags, Session, StoreDir, header_for, keep_record, open_store, os_seed,
+    read_snapshot, start_instant,
 };
 use crate::source::read_prompt;
 
@@ -57,6 +57,8 @@ pub struct RunArgs {
     when: Option<String>,
     #[command(flatten)]
     models: ModelFlags,
+    #[command(flatten)]
+    cache: CacheFlags,
     /// A JSON object file: the Host-state snapshot that `ui()` returns.
     #[arg(long, value_name = "FILE")]
     snapshot: Option<PathBuf>,
@@ -268,6 +270,14 @@ fn execute(
         .host(store, operator, ctx.cancel.clone(), messages)?
         .notes(notes)
         .progress(ui.progress && !args.json && !args.events);
+    match args.cache.open() {
+        Ok(Some(cache)) => host = host.cache(crate::response_cache::RunCache::new(cache, 0)),
+        Ok(None) => {}
+        Err(e) => {
+            tidy(&dir);
+            return Err(e);
+        }
+    }
     match session.mcp_for(&prompt.frontmatter) {
         Ok(Some(plugins)) => host = host.mcp(plugins),
         Ok(None) => {}
