@@ -36,11 +36,13 @@ pub(crate) struct CacheFlags {
 }
 
 impl CacheFlags {
-    /// The cache file, opened, when the cache is on.
+    /// The cache file, opened, when the cache is on (`force`: on whatever the flags say, as
+    /// under `run --watch`).
     pub(crate) fn open(
         &self,
+        force: bool,
     ) -> Result<Option<Arc<std::sync::Mutex<crate::response_cache::ResponseCache>>>, String> {
-        if !self.cache && !crate::response_cache::on_by_environment() {
+        if !force && !self.cache && !crate::response_cache::on_by_environment() {
             return Ok(None);
         }
         if !(self.cache_ttl.is_finite() && self.cache_ttl >= 0.0) {

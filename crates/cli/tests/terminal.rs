@@ -360,3 +360,46 @@ fn a_batch_shows_its_runs_before_the_first_one_ends() {
         "{pane}"
     );
 }
+
+#[test]
+fn watch_reruns_on_save_shows_what_changed_survives_a_broken_file_and_ends_on_ctrl_c() {
+    let dir = tempfile::tempdir().unwrap();
+    let prompt = |result: &str| {
+        format!(
+            "---\nname: w\ndescription: d\npromptforge: 0\n---\n\n# W\n\n## Main\n\n```lua\nreturn '{result}'\n```\n"
+        )
+    };
+    std::fs::write(dir.path().join("w.md"), prompt("alpha beta")).unwrap();
+    let script = format!(
+        "trap : INT; env XDG_CONFIG_HOME={xdg} PROMPTFORGE_HISTORY=off PROMPTFORGE_CACHE_FILE={cache} \
+         {bin} run w.md --watch; echo EXIT=$?; sleep 60",
+        xdg = dir.path().join("xdg").display(),
+        cache = dir.path().join("cache.sqlite3").display(),
+        bin = env!("CARGO_BIN_EXE_promptforge"),
+    );
+    let tmux = Tmux::start(dir.path(), &script);
+    let pane = tmux.until(|p| p.contains("alpha beta") && p.contains("watching"));
+    assert!(pane.contains("── run 1 ──"), "{pane}");
+    // A save reruns it, with what changed.
+    std::fs::write(dir.path().join("w.md"), prompt("alpha gamma")).unwrap();
+    let pane = tmux.until(|p| p.contains("── run 2 ──") && p.contains("+ alpha gamma"));
+    assert!(
+        pane.contains("changed since the last run:") && pane.contains("- alpha beta"),
+        "{pane}"
+    );
+    // A file that does not parse shows its problem, and the loop goes on.
+    std::fs::write(
+        dir.path().join("w.md"),
+        "---\nname: w\ndescription: d\npromptforge: 0\n---\n\nno title\n",
+    )
+    .unwrap();
+    let pane =
+        tmux.until(|p| p.contains("── run 3 ──") && p.contains("prompt requires an H1 title"));
+    assert!(pane.contains("error[Parse/Structure]"), "{pane}");
+    std::fs::write(dir.path().join("w.md"), prompt("alpha gamma")).unwrap();
+    let pane = tmux.until(|p| p.contains("── run 4 ──") && p.matches("watching").count() >= 4);
+    assert!(pane.contains("── run 4 ──"), "{pane}");
+    tmux.keys("C-c");
+    let pane = tmux.until(|p| p.contains("EXIT="));
+    assert!(pane.contains("EXIT=130"), "{pane}");
+}

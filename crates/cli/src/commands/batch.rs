@@ -886,7 +886,7 @@ fn batch_inner(args: &BatchArgs, ui: Ui) -> Result<ExitCode, String> {
         slots: Arc::new(tokio::sync::Semaphore::new(args.concurrency as usize)),
         cancel: cancel.clone(),
         waking: waking.clone(),
-        cache: args.cache.open()?,
+        cache: args.cache.open(false)?,
     });
 
     // The results: new ones are appended as they come, so an interrupted batch resumes.

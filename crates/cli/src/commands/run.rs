@@ -94,6 +94,10 @@ pub struct RunArgs {
     /// Keep this run out of the run history (`promptforge runs`).
     #[arg(long)]
     no_history: bool,
+    /// Run again whenever the prompt or a file it reads changes (with the response cache on,
+    /// so only changed rounds reach the model); Ctrl-C ends it.
+    #[arg(long, conflicts_with_all = ["json", "events", "record"])]
+    watch: bool,
 }
 
 impl RunArgs {
@@ -270,7 +274,7 @@ fn execute(
         .host(store, operator, ctx.cancel.clone(), messages)?
         .notes(notes)
         .progress(ui.progress && !args.json && !args.events);
-    match args.cache.open() {
+    match args.cache.open(args.watch) {
         Ok(Some(cache)) => host = host.cache(crate::response_cache::RunCache::new(cache, 0)),
         Ok(None) => {}
         Err(e) => {
@@ -588,6 +592,9 @@ pub fn run(args: &RunArgs, ui: Ui) -> ExitCode {
     if args.help {
         return prompt_help(args);
     }
+    if args.watch {
+        return watch(args, ui);
+    }
     if args.prompt_path() == std::path::Path::new("-") && args.run_args.as_deref() == Some("-") {
         errln!(
             "error: --args -: stdin already carries the prompt (`run -`); pass the arguments with --args STRING or --arg"
@@ -650,6 +657,159 @@ pub fn run(args: &RunArgs, ui: Ui) -> ExitCode {
         Err(message) => {
             errln!("error: {message}");
             ExitCode::from(2)
+        }
+    }
+}
+
+/// How often `--watch` looks at the files it watches.
+const WATCH_POLL: std::time::Duration = std::time::Duration::from_millis(100);
+
+/// How long the files must stay unchanged before `--watch` runs again (an editor's save is
+/// often several writes).
+const WATCH_DEBOUNCE: std::time::Duration = std::time::Duration::from_millis(300);
+
+/// The files a run reads: the prompt, its `--input-file`, the `--script` and `--web-script`
+/// files, and the project's `promptforge.toml` (the nearest from the working directory up, or
+/// the one that would be created there).
+fn watched_files(args: &RunArgs) -> Vec<PathBuf> {
+    let mut files = vec![args.prompt_path().to_path_buf()];
+    files.extend(args.input_file.clone());
+    files.extend(args.models.script.clone());
+    files.extend(args.models.web_script.clone());
+    if let Ok(cwd) = std::env::current_dir() {
+        let project = cwd
+            .ancestors()
+            .map(|dir| dir.join("promptforge.toml"))
+            .find(|file| file.is_file())
+            .unwrap_or_else(|| cwd.join("promptforge.toml"));
+        files.push(project);
+    }
+    files
+}
+
+/// What the watched files look like now: each one's modification time and size, or none.
+fn stamp(files: &[PathBuf]) -> Vec<Option<(std::time::SystemTime, u64)>> {
+    files
+        .iter()
+        .map(|file| {
+            std::fs::metadata(file)
+                .ok()
+                .and_then(|m| Some((m.modified().ok()?, m.len())))
+        })
+        .collect()
+}
+
+/// `run --watch`: run, show the result and what changed since the last run, wait for a
+/// watched file to change (and settle), and run again, until Ctrl-C. The response cache is
+/// on, so only rounds whose request changed reach the model. A file that does not parse shows
+/// its problems and the loop waits for the next save.
+fn watch(args: &RunArgs, ui: Ui) -> ExitCode {
+    // One Ctrl-C handler for the whole loop: it cancels the run in flight and ends the loop.
+    let stop = Arc::new(AtomicBool::new(false));
+    type Current = (
+        Arc<AtomicBool>,
+        tokio::sync::mpsc::UnboundedSender<HostMessage>,
+    );
+    let current: Arc<std::sync::Mutex<Option<Current>>> = Arc::default();
+    {
+        let (stop, current) = (stop.clone(), current.clone());
+        if let Err(e) = ctrlc::set_handler(move || {
+            stop.store(true, Ordering::Relaxed);
+            if let Some((cancel, wake)) = &*current.lock().unwrap_or_else(|e| e.into_inner()) {
+                cancel.store(true, Ordering::Relaxed);
+                let _ = wake.send(HostMessage::Wake);
+            }
+        }) {
+            errln!("warning: cannot install the Ctrl-C handler: {e}");
+        }
+    }
+    let files = watched_files(args);
+    let mut last_result: Option<String> = None;
+    let mut n = 0u64;
+    loop {
+        n += 1;
+        let seen = stamp(&files);
+        errln!(
+            "{}",
+            crate::ui::paint(&format!("── run {n} ──"), crate::ui::Tone::Note)
+        );
+        match read_prompt(args.prompt_path()) {
+            Err(message) => errln!("error: {message}"),
+            Ok(text) => {
+                let cancel = Arc::new(AtomicBool::new(false));
+                match context(args, cancel.clone()) {
+                    Err(message) => errln!("error: {message}"),
+                    Ok(ctx) => {
+                        let (tx, rx) = channel();
+                        *current.lock().unwrap_or_else(|e| e.into_inner()) =
+                            Some((cancel, tx.clone()));
+                        let outcome = execute(args, &text, ctx, &ui, (tx, rx));
+                        *current.lock().unwrap_or_else(|e| e.into_inner()) = None;
+                        match outcome {
+                            Ok(mut finished) => {
+                                report(args, &finished, ui.verbose);
+                                let _ = std::io::Write::flush(&mut std::io::stdout());
+                                if let Some(record) = finished.record.take() {
+                                    let _ = record.keep();
+                                }
+                                if let Outcome::Completed(result) = &finished.outcome {
+                                    show_change(last_result.as_deref(), result);
+                                    last_result = Some(result.clone());
+                                }
+                            }
+                            Err(message) => errln!("error: {message}"),
+                        }
+                    }
+                }
+            }
+        }
+        if stop.load(Ordering::Relaxed) {
+            return ExitCode::from(130);
+        }
+        errln!(
+            "watching {} for changes; Ctrl-C ends",
+            crate::ui::plural(files.len() as u64, "file")
+        );
+        // Wait for a change, then for the files to settle.
+        let mut settled = seen;
+        let mut changed_at: Option<std::time::Instant> = None;
+        loop {
+            std::thread::sleep(WATCH_POLL);
+            if stop.load(Ordering::Relaxed) {
+                return ExitCode::from(130);
+            }
+            let now = stamp(&files);
+            if now != settled {
+                settled = now;
+                changed_at = Some(std::time::Instant::now());
+            } else if changed_at.is_some_and(|at| at.elapsed() >= WATCH_DEBOUNCE) {
+                break;
+            }
+        }
+    }
+}
+
+/// What changed in the result since the last run, as a short line diff on stderr.
+fn show_change(before: Option<&str>, now: &str) {
+    let Some(before) = before else {
+        return;
+    };
+    if before == now {
+        errln!("(the result is unchanged since the last run)");
+        return;
+    }
+    errln!("changed since the last run:");
+    let diff = similar::TextDiff::from_lines(before, now);
+    for change in diff.iter_all_changes() {
+        let (sign, tone) = match change.tag() {
+            similar::ChangeTag::Delete => ("-", Some(crate::ui::Tone::Bad)),
+            similar::ChangeTag::Insert => ("+", Some(crate::ui::Tone::Good)),
+            similar::ChangeTag::Equal => continue,
+        };
+        let line = format!("{sign} {}", change.value().trim_end_matches('\n'));
+        match tone {
+            Some(tone) => errln!("{}", crate::ui::paint(&line, tone)),
+            None => errln!("{line}"),
         }
     }
 }
