@@ -61,6 +61,8 @@ pub(crate) struct RunRow {
     pub seed: String,
     /// Dollars, when the model's price was known and every reply reported its tokens.
     pub cost: Option<f64>,
+    /// Rounds answered from the response cache.
+    pub cached_rounds: i64,
 }
 
 /// An open history database.
@@ -158,6 +160,17 @@ impl History {
             conn.execute_batch("ALTER TABLE runs ADD COLUMN cost REAL;")
                 .map_err(&err)?;
         }
+        // And one from before the response cache gets its count of cached rounds.
+        let has_cached = conn
+            .prepare("SELECT 1 FROM pragma_table_info('runs') WHERE name = 'cached_rounds'")
+            .and_then(|mut stmt| stmt.exists([]))
+            .map_err(&err)?;
+        if !has_cached {
+            conn.execute_batch(
+                "ALTER TABLE runs ADD COLUMN cached_rounds INTEGER NOT NULL DEFAULT 0;",
+            )
+            .map_err(&err)?;
+        }
         // A database from before effects had their task gets the column.
         let has_task = conn
             .prepare("SELECT 1 FROM pragma_table_info('effects') WHERE name = 'task'")
@@ -246,6 +259,7 @@ impl History {
         let mut outcome = Json::Null;
         let (mut rounds, mut prompt_tokens, mut completion_tokens) = (0i64, 0i64, 0i64);
         let mut unmetered = 0i64;
+        let mut cached_rounds = 0i64;
         // A model reply counts as a round, with the tokens it reports.
         let mut count_reply = |reply: &Json| {
             rounds += 1;
@@ -312,7 +326,9 @@ impl History {
                             value.get("task").and_then(Json::as_str),
                         ])
                         .map_err(err)?;
-                } else if let (Some(id), Some(value)) = (num("answer"), value.get("value")) {
+                } else if let (Some(id), Some(answered)) = (num("answer"), value.get("value")) {
+                    let from_cache = value.get("cached").and_then(Json::as_bool) == Some(true);
+                    let value = answered;
                     // An answer the run never took has no step (it still cost its tokens).
                     let step = num("step").map(|s| s as i64);
                     let kind: Option<String> = answer
@@ -326,6 +342,9 @@ impl History {
                         && let Some(reply) = value.get("value")
                     {
                         count_reply(reply);
+                        if from_cache {
+                            cached_rounds += 1;
+                        }
                     }
                 } else if value.get("uncommitted").and_then(Json::as_str) == Some("model_round") {
                     // A reply to a round sent ahead and never committed: it cost all the same.
@@ -356,7 +375,7 @@ impl History {
         tx.execute(
             "UPDATE runs SET outcome = ?2, error_kind = ?3, error_message = ?4, rounds = ?5,
                  prompt_tokens = ?6, completion_tokens = ?7, cancels = ?8, outcome_json = ?9,
-                 cost = ?10
+                 cost = ?10, cached_rounds = ?11
              WHERE id = ?1",
             params![
                 run_id,
@@ -369,6 +388,7 @@ impl History {
                 json!(cancels).to_string(),
                 outcome.to_string(),
                 cost,
+                cached_rounds,
             ],
         )
         .map_err(err)?;
@@ -462,7 +482,7 @@ impl History {
             .conn
             .prepare(
                 "SELECT id, started_at, prompt, outcome, error_kind, wall_ms, rounds,
-                        prompt_tokens, completion_tokens, model, seed, cost
+                        prompt_tokens, completion_tokens, model, seed, cost, cached_rounds
                  FROM runs ORDER BY id DESC LIMIT ?1",
             )
             .map_err(err)?;
@@ -480,6 +500,7 @@ impl History {
                 model: r.get(9)?,
                 seed: r.get(10)?,
                 cost: r.get(11)?,
+                cached_rounds: r.get(12)?,
             })
         })
         .map_err(err)?

@@ -804,6 +804,7 @@ impl Host {
             let usage: Option<Usage> = serde_json::from_value(answer["usage"].clone()).ok();
             self.progress.round_cached(usage.as_ref());
             for witness in self.witnesses() {
+                witness.cached(id);
                 witness.round_finished(id, Some(usage.as_ref()));
             }
             if self.notes == Notes::JsonStdout {

@@ -100,6 +100,8 @@ pub(crate) struct Recorder {
     finals: HashMap<EffectId, EffectId>,
     /// Answers handed over and not taken yet, by id: the answer as JSON text and when.
     answers: HashMap<EffectId, (String, u64)>,
+    /// Model rounds answered from the response cache, by id (their answer lines say so).
+    cached: std::collections::HashSet<EffectId>,
     /// Answers taken so far (the next answer line's `step`).
     taken: u64,
 }
@@ -156,6 +158,7 @@ impl Recorder {
             ahead: HashMap::new(),
             finals: HashMap::new(),
             answers: HashMap::new(),
+            cached: std::collections::HashSet::new(),
             taken: 0,
         };
         recorder.write(&serde_json::to_value(header).map_err(|e| e.to_string())?);
@@ -255,15 +258,23 @@ impl Recorder {
             if let Some(answer) = self.answers.remove(&provisional) {
                 self.answers.insert(id, answer);
             }
+            if self.cached.remove(&provisional) {
+                self.cached.insert(id);
+            }
         }
         for id in &commits.taken {
             let step = self.taken;
             self.taken += 1;
+            let cached = if self.cached.remove(id) {
+                r#","cached":true"#
+            } else {
+                ""
+            };
             if let Some((answer, t)) = self.answers.remove(id) {
                 self.raw(|out| {
                     writeln!(
                         out,
-                        r#"{{"answer":{id},"value":{answer},"step":{step},"t":{t}}}"#
+                        r#"{{"answer":{id},"value":{answer},"step":{step}{cached},"t":{t}}}"#
                     )?;
                     Ok(())
                 });
@@ -777,6 +788,11 @@ impl Witness for Recorder {
 
     fn answered(&mut self, id: EffectId, answer: &Answer) {
         self.record_answer(id, answer);
+    }
+
+    fn cached(&mut self, id: EffectId) {
+        let id = self.final_id(id);
+        self.cached.insert(id);
     }
 
     fn cancelled(&mut self) {

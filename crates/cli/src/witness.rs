@@ -30,6 +30,9 @@ pub(crate) trait Witness {
     /// The Host answered an effect; the run takes the answer next.
     fn answered(&mut self, _id: EffectId, _answer: &Answer) {}
 
+    /// A model round was answered from the response cache (before `answered`).
+    fn cached(&mut self, _id: EffectId) {}
+
     /// The operator cancelled the run.
     fn cancelled(&mut self) {}
 

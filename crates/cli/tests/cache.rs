@@ -78,6 +78,7 @@ fn run(dir: &Path, server: &LocalServer, extra: &[&str]) -> (Option<i32>, String
         .env("OPENAI_BASE_URL", format!("{}/v1", server.base()))
         .env("OPENAI_API_KEY", "k")
         .env("PROMPTFORGE_CACHE_FILE", dir.join("cache.sqlite3"))
+        .env("PROMPTFORGE_HISTORY", dir.join("history.sqlite3"))
         .output()
         .unwrap();
     (
@@ -103,6 +104,18 @@ fn a_second_run_is_answered_from_the_cache_and_only_a_changed_round_is_sent() {
     let (_, again) = run(dir.path(), &server, &["--seed", "1"]);
     assert_eq!(again, first);
     assert_eq!(counts.requests.load(Ordering::SeqCst), 2);
+    // The history says which rounds came from the cache.
+    let listed = promptforge(dir.path())
+        .args(["runs", "--json"])
+        .env("PROMPTFORGE_HISTORY", dir.path().join("history.sqlite3"))
+        .output()
+        .unwrap();
+    let rows: Vec<Value> = String::from_utf8_lossy(&listed.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let cached: Vec<&Value> = rows.iter().map(|r| &r["cached_rounds"]).collect();
+    assert_eq!(cached, [&json!(0), &json!(2)], "{rows:?}");
     // Under --events each answer from the cache is a host event.
     let output = promptforge(dir.path())
         .args(["run", "p.md", "--model", "openai:m", "--events", "--cache"])

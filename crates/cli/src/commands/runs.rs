@@ -77,7 +77,8 @@ fn runs_inner(args: &RunsArgs) -> Result<(), String> {
                                "wall_ms": row.wall_ms, "rounds": row.rounds,
                                "prompt_tokens": row.prompt_tokens,
                                "completion_tokens": row.completion_tokens, "model": row.model,
-                               "seed": row.seed, "cost": row.cost})
+                               "seed": row.seed, "cost": row.cost,
+                               "cached_rounds": row.cached_rounds})
                     );
                     continue;
                 }
@@ -90,12 +91,16 @@ fn runs_inner(args: &RunsArgs) -> Result<(), String> {
                     None if row.rounds == 0 => "-".to_owned(),
                     None => "?".to_owned(),
                 };
+                let rounds = if row.cached_rounds > 0 {
+                    format!("{} ({} cached)", row.rounds, row.cached_rounds)
+                } else {
+                    row.rounds.to_string()
+                };
                 outln!(
-                    "{:>5}  {}  {outcome:<22} {:>9}  {:>3} rounds  {:>7} in / {:>6} out  {cost:>9}  {}",
+                    "{:>5}  {}  {outcome:<22} {:>9}  {rounds:>3} rounds  {:>7} in / {:>6} out  {cost:>9}  {}",
                     row.id,
                     row.started_at,
                     crate::ui::duration_text(std::time::Duration::from_millis(row.wall_ms as u64)),
-                    row.rounds,
                     crate::ui::thousands(row.prompt_tokens as u64),
                     crate::ui::thousands(row.completion_tokens as u64),
                     row.prompt,
