@@ -13,8 +13,8 @@ use promptforge_lua::vm::{ArgvMode, BoundTool, VmConfig};
 use promptforge_syntax::Prompt;
 use serde_json::{Map, Value as Json};
 
+use crate::context::RunContext;
 use crate::ids::TaskId;
-use crate::run::RunContext;
 use crate::strand::{Place, Seed};
 use crate::visible;
 use crate::when::render_when;

@@ -16,6 +16,7 @@ extern crate self as promptforge_engine;
 pub(crate) mod driver;
 
 pub mod args;
+mod context;
 pub mod determinism;
 mod entry;
 pub mod events;
