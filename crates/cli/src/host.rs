@@ -789,14 +789,15 @@ impl Host {
             return Started::Now(round_answer(infer, result, &self.diagnosis, self.notes));
         }
         // The response cache: a hit is answered now, with the reply and usage it had.
-        let cache_key = self.cache.as_mut().map(|cache| {
+        let cache_key = self.cache.as_mut().and_then(|cache| {
             let identity = json!({
                 "id": model.description.id,
                 "base_url": model.description.base_url,
                 "model": model.description.model,
             });
-            let request = serde_json::to_value(&request).unwrap_or(Json::Null);
-            cache.key(&identity, &request, task.as_deref().unwrap_or("0"))
+            // A request that cannot be written as JSON is not cached (it has no key).
+            let request = serde_json::to_value(&request).ok()?;
+            Some(cache.key(&identity, &request, task.as_deref().unwrap_or("0")))
         });
         if let (Some(cache), Some(key)) = (&self.cache, &cache_key)
             && let Some(answer) = cache.get(key)
@@ -838,12 +839,17 @@ impl Host {
                     if let Ok(reply) = &result {
                         let _ = tx.send(HostMessage::Replied(id, reply.usage));
                         // Only replies are kept: never an error, a refusal or an overflow.
-                        if let Some((cache, key)) = &keep {
-                            let kept = cache
-                                .lock()
-                                .unwrap_or_else(|e| e.into_inner())
-                                .put(key, &reply_answer(reply));
-                            if let Err(e) = kept {
+                        if let Some((cache, key)) = keep {
+                            // SQLite may wait on another process's write: off the runtime.
+                            let answer = reply_answer(reply);
+                            let kept = tokio::task::spawn_blocking(move || {
+                                cache
+                                    .lock()
+                                    .unwrap_or_else(|e| e.into_inner())
+                                    .put(&key, &answer)
+                            })
+                            .await;
+                            if let Ok(Err(e)) = kept {
                                 tracing::warn!("{e}");
                             }
                         }

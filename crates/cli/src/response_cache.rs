@@ -132,11 +132,12 @@ impl ResponseCache {
                 params![key, text, now_secs(), text.len() as i64],
             )
             .map_err(err)?;
+        // Eviction keeps what any user of the shared file may still read: the default TTL,
+        // or this run's when it is longer (a short `--cache-ttl` only reads less).
+        let keep = self.ttl.max(DEFAULT_TTL);
+        let oldest = now_secs().saturating_sub(i64::try_from(keep.as_secs()).unwrap_or(i64::MAX));
         self.conn
-            .execute(
-                "DELETE FROM responses WHERE created < ?1",
-                params![self.oldest_kept()],
-            )
+            .execute("DELETE FROM responses WHERE created < ?1", params![oldest])
             .map_err(err)?;
         let total: i64 = self
             .conn

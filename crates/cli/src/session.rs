@@ -53,7 +53,8 @@ impl CacheFlags {
         }
         let path = crate::response_cache::location()
             .ok_or("the response cache has no place: set PROMPTFORGE_CACHE_FILE")?;
-        let ttl = std::time::Duration::from_secs_f64(self.cache_ttl * 86_400.0);
+        let ttl = std::time::Duration::try_from_secs_f64(self.cache_ttl * 86_400.0)
+            .map_err(|_| format!("--cache-ttl {}: give a number of days", self.cache_ttl))?;
         let cache = crate::response_cache::ResponseCache::open(&path, ttl)?;
         Ok(Some(Arc::new(std::sync::Mutex::new(cache))))
     }

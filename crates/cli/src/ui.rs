@@ -9,7 +9,7 @@
 //! reply streaming in.
 
 use std::collections::BTreeMap;
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
@@ -17,8 +17,20 @@ use promptforge_engine::protocol::EffectId;
 use promptforge_engine::{Event, EventKind, Outcome};
 use promptforge_harness::model::{Price, Usage};
 
-/// The display on screen, if any: tracing's writer draws its log lines above it.
-static SCREEN: OnceLock<MultiProgress> = OnceLock::new();
+/// The display on screen, if any: tracing's writer draws its log lines above it. Set while a
+/// display is drawn and taken away when it is cleared, so a line printed after a display is
+/// gone goes straight to stderr (never through a display that no longer draws its bars).
+static SCREEN: std::sync::Mutex<Option<MultiProgress>> = std::sync::Mutex::new(None);
+
+/// The display on screen now, if any.
+fn screen() -> Option<MultiProgress> {
+    SCREEN.lock().unwrap_or_else(|e| e.into_inner()).clone()
+}
+
+/// Make `multi` the display on screen (`None`: none is).
+fn set_screen(multi: Option<MultiProgress>) {
+    *SCREEN.lock().unwrap_or_else(|e| e.into_inner()) = multi;
+}
 
 /// Standard output is closed (a reader that went away, `| head`) or failed: nothing more is
 /// written to it.
@@ -99,7 +111,7 @@ pub(crate) fn stdout_flush_failed() -> bool {
 /// secret the Host holds is taken out first (a server may echo a key in its error text).
 pub(crate) fn print_line(text: &str) {
     let text = &*promptforge_harness::secrets::redact(text);
-    match SCREEN.get() {
+    match screen() {
         Some(multi) => {
             if multi.println(text).is_err() {
                 errln!("{text}");
@@ -223,17 +235,18 @@ pub(crate) fn paint(text: &str, tone: Tone) -> String {
 /// Take the live display off the screen for good (the process is about to end without the
 /// run's own end clearing it: the Ctrl-C watchdog).
 pub(crate) fn clear_screen() {
-    if let Some(multi) = SCREEN.get() {
+    if let Some(multi) = screen() {
         let _ = multi.clear();
         multi.set_draw_target(ProgressDrawTarget::hidden());
     }
+    set_screen(None);
 }
 
 /// Draw `bar` on stderr as the display `-v` logs and notes print above (a batch's bar).
 pub(crate) fn screen_bar(bar: ProgressBar) -> ProgressBar {
     let multi = MultiProgress::with_draw_target(display_target());
     let bar = multi.add(bar);
-    let _ = SCREEN.set(multi);
+    set_screen(Some(multi));
     bar
 }
 
@@ -540,7 +553,7 @@ impl Progress {
             let main = multi.add(spinner("{spinner} {elapsed:>3} {wide_msg}  "));
             main.enable_steady_tick(Duration::from_millis(120));
             main.set_message("starting");
-            let _ = SCREEN.set(multi.clone());
+            set_screen(Some(multi.clone()));
             Screen {
                 multi,
                 main,
@@ -789,6 +802,7 @@ impl Progress {
             }
             screen.main.finish_and_clear();
             let _ = screen.multi.clear();
+            set_screen(None);
         }
     }
 

@@ -483,11 +483,11 @@ impl Analysis {
             return Vec::new();
         };
         // Inside a literal argument: what it names.
-        if let Some(site) = self
-            .sites
-            .iter()
-            .find(|s| s.fence == index && s.span.start < pos && (pos < s.span.end || !s.closed))
-        {
+        if let Some(site) = self.sites.iter().find(|s| {
+            s.fence == index
+                && s.span.start < pos
+                && (pos < s.span.end || (!s.closed && pos <= s.span.end))
+        }) {
             return self.site_completion(site);
         }
         // The code up to the cursor, for `ns.` and a partial name.

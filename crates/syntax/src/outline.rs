@@ -98,12 +98,11 @@ impl Outline {
                     column,
                 }),
                 Item::Fence(fence) => {
-                    let source_lines = u32::try_from(fence.source.split('\n').count()).unwrap_or(0);
                     let closed = fence.end == FenceEnd::Closed;
                     let close_line = if closed {
                         fence
                             .open_line
-                            .saturating_add(source_lines)
+                            .saturating_add(fence.lines)
                             .saturating_add(1)
                     } else {
                         count
@@ -161,6 +160,13 @@ mod tests {
         assert_eq!(outline.fence_at(11), None);
         assert_eq!(outline.heading_at(10).map(|h| h.name.as_str()), Some("A"));
         assert_eq!(Outline::of("no frontmatter\n# T\n").headings.len(), 1);
+        // An empty fence closes on the line after it opens.
+        let empty = Outline::of("# T\n```lua\n```\n## A\n");
+        assert_eq!(
+            (empty.fences[0].open_line, empty.fences[0].close_line),
+            (2, 3)
+        );
+        assert_eq!(empty.fence_at(3), None);
         assert_eq!(
             Outline::of("---\nunclosed\n# T\n"),
             Outline {

@@ -50,6 +50,9 @@ pub(crate) struct Fence {
     pub open_line: u32,
     /// The Lua source: the lines between the fences, joined with `\n`.
     pub source: String,
+    /// How many lines lie between the fences (an empty fence has none; its `source` is
+    /// empty, as is that of a fence holding one empty line).
+    pub lines: u32,
     /// How the fence ended.
     pub end: FenceEnd,
 }
@@ -211,6 +214,7 @@ pub(crate) fn scan(lines: &[(u32, &str)]) -> Vec<Item> {
                 shared,
                 open_line: line_no,
                 source: source_lines.join("\n"),
+                lines: u32::try_from(source_lines.len()).unwrap_or(u32::MAX),
                 end,
             }));
             if end == FenceEnd::Inexact {
@@ -403,6 +407,7 @@ mod tests {
                 shared: false,
                 open_line: 1,
                 source: "# not a heading\n````".into(),
+                lines: 2,
                 end: FenceEnd::Closed,
             })]
         );

@@ -1046,6 +1046,7 @@ fn batch_inner(args: &BatchArgs, ui: Ui) -> Result<ExitCode, String> {
         }
     });
     bar.finish_and_clear();
+    crate::ui::clear_screen();
     let wall = started.elapsed();
     if let Some(mcp) = &shared.mcp {
         runtime.block_on(mcp.shutdown());

@@ -50,10 +50,10 @@ fn cache_inner(args: &CacheArgs) -> Result<(), String> {
         }
         CacheCommand::Clear { older_than } => {
             let age = match older_than {
-                Some(days) if days.is_finite() && *days >= 0.0 => {
-                    Some(std::time::Duration::from_secs_f64(days * 86_400.0))
-                }
-                Some(days) => return Err(format!("--older-than {days}: give a number of days")),
+                Some(days) => Some(
+                    std::time::Duration::try_from_secs_f64(days * 86_400.0)
+                        .map_err(|_| format!("--older-than {days}: give a number of days"))?,
+                ),
                 None => None,
             };
             let dropped = cache.clear(age)?;

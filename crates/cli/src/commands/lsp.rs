@@ -32,17 +32,46 @@ pub fn lsp(_args: &LspArgs) -> ExitCode {
     }
 }
 
-/// One open document: its text and its analysis.
+/// One open document: its text, where its lines start, and its analysis.
 struct Document {
     text: String,
+    starts: Vec<usize>,
     analysis: Analysis,
 }
 
 impl Document {
     fn new(text: String) -> Document {
         let analysis = Analysis::new(&text);
-        Document { text, analysis }
+        let starts = line_starts(&text);
+        Document {
+            text,
+            starts,
+            analysis,
+        }
     }
+
+    fn view(&self) -> Text<'_> {
+        Text {
+            text: &self.text,
+            starts: &self.starts,
+        }
+    }
+}
+
+/// A document's text with its line starts, for converting positions without scanning it.
+#[derive(Clone, Copy)]
+struct Text<'a> {
+    text: &'a str,
+    starts: &'a [usize],
+}
+
+/// Where each line starts, as the analysis reads the text (a leading byte-order mark is not
+/// part of the first line's columns).
+fn line_starts(text: &str) -> Vec<usize> {
+    let bom = if text.starts_with('\u{feff}') { 3 } else { 0 };
+    std::iter::once(bom)
+        .chain(text.match_indices('\n').map(|(i, _)| i + 1))
+        .collect()
 }
 
 /// The server's state: the open documents and the position encoding agreed with the client.
@@ -168,12 +197,18 @@ impl Server {
                 uri
             }
             "textDocument/didClose" => {
-                if let Ok(p) =
+                let Ok(p) =
                     serde_json::from_value::<lsp::DidCloseTextDocumentParams>(notification.params)
-                {
-                    self.documents.remove(&p.text_document.uri.to_string());
-                }
-                return Vec::new();
+                else {
+                    return Vec::new();
+                };
+                let uri = p.text_document.uri.to_string();
+                self.documents.remove(&uri);
+                // A closed file keeps no diagnostics.
+                return vec![Notification::new(
+                    "textDocument/publishDiagnostics".to_owned(),
+                    json!({"uri": uri, "diagnostics": []}),
+                )];
             }
             _ => return Vec::new(),
         };
@@ -188,7 +223,7 @@ impl Server {
             .diagnostics()
             .iter()
             .map(|d| lsp::Diagnostic {
-                range: range(&document.text, d.span, self.utf8),
+                range: range(document.view(), d.span, self.utf8),
                 severity: Some(match d.severity {
                     Severity::Error => lsp::DiagnosticSeverity::ERROR,
                     Severity::Warning => lsp::DiagnosticSeverity::WARNING,
@@ -211,7 +246,12 @@ impl Server {
         match self.answer(&request) {
             Ok(value) => Response::new_ok(id, value),
             Err(message) => {
-                Response::new_err(id, lsp_server::ErrorCode::InvalidParams as i32, message)
+                let code = if message.starts_with("unsupported request") {
+                    lsp_server::ErrorCode::MethodNotFound
+                } else {
+                    lsp_server::ErrorCode::InvalidParams
+                };
+                Response::new_err(id, code as i32, message)
             }
         }
     }
@@ -225,7 +265,7 @@ impl Server {
                 .documents
                 .get(&uri)
                 .ok_or_else(|| format!("{uri} is not open"))?;
-            let pos = pos(&document.text, p.position, self.utf8);
+            let pos = pos(document.view(), p.position, self.utf8);
             Ok((document, uri, pos))
         };
         let document_of = || -> Result<(&Document, String), String> {
@@ -239,7 +279,7 @@ impl Server {
                 .ok_or_else(|| format!("{uri} is not open"))?;
             Ok((document, uri))
         };
-        let location = |document: &Document, uri: &str, span: Span| json!({"uri": uri, "range": range(&document.text, span, self.utf8)});
+        let location = |document: &Document, uri: &str, span: Span| json!({"uri": uri, "range": range(document.view(), span, self.utf8)});
         Ok(match request.method.as_str() {
             "textDocument/definition" => {
                 let (document, uri, pos) = position()?;
@@ -303,7 +343,7 @@ impl Server {
                     .analysis
                     .symbols()
                     .iter()
-                    .map(|s| symbol(&document.text, s, self.utf8))
+                    .map(|s| symbol(document.view(), s, self.utf8))
                     .collect();
                 Json::Array(symbols)
             }
@@ -326,7 +366,7 @@ impl Server {
 }
 
 /// A document symbol, nested.
-fn symbol(text: &str, s: &Symbol, utf8: bool) -> Json {
+fn symbol(text: Text<'_>, s: &Symbol, utf8: bool) -> Json {
     json!({
         "name": s.name,
         "detail": if s.level == 1 { "H1".to_owned() } else { format!("H{}", s.level) },
@@ -338,13 +378,20 @@ fn symbol(text: &str, s: &Symbol, utf8: bool) -> Json {
 }
 
 /// The text of 0-based line `line`.
-fn line_text(text: &str, line: u32) -> &str {
-    let line = text.split('\n').nth(line as usize).unwrap_or("");
-    line.strip_suffix('\r').unwrap_or(line)
+fn line_text(text: Text<'_>, line: u32) -> &str {
+    let Some(&start) = text.starts.get(line as usize) else {
+        return "";
+    };
+    let end = text
+        .starts
+        .get(line as usize + 1)
+        .map_or(text.text.len(), |next| next - 1);
+    let content = text.text.get(start..end.max(start)).unwrap_or("");
+    content.strip_suffix('\r').unwrap_or(content)
 }
 
 /// An analysis position in the client's terms.
-fn position(text: &str, pos: Pos, utf8: bool) -> lsp::Position {
+fn position(text: Text<'_>, pos: Pos, utf8: bool) -> lsp::Position {
     let line = pos.line.saturating_sub(1);
     let content = line_text(text, line);
     let byte = usize::try_from(pos.col.saturating_sub(1))
@@ -365,19 +412,24 @@ fn position(text: &str, pos: Pos, utf8: bool) -> lsp::Position {
     }
 }
 
-fn range(text: &str, span: Span, utf8: bool) -> lsp::Range {
+fn range(text: Text<'_>, span: Span, utf8: bool) -> lsp::Range {
     lsp::Range {
         start: position(text, span.start, utf8),
         end: position(text, span.end, utf8),
     }
 }
 
-/// A client position as a byte offset on its line.
+/// A client position as a byte offset on its line (a UTF-8 offset inside a character is
+/// taken back to the character's start).
 fn line_byte(content: &str, character: u32, utf8: bool) -> usize {
     if utf8 {
-        return usize::try_from(character)
+        let byte = usize::try_from(character)
             .unwrap_or(usize::MAX)
             .min(content.len());
+        return (0..=byte)
+            .rev()
+            .find(|i| content.is_char_boundary(*i))
+            .unwrap_or(0);
     }
     let mut units = 0u32;
     for (i, c) in content.char_indices() {
@@ -390,7 +442,7 @@ fn line_byte(content: &str, character: u32, utf8: bool) -> usize {
 }
 
 /// A client position as an analysis position.
-fn pos(text: &str, p: lsp::Position, utf8: bool) -> Pos {
+fn pos(text: Text<'_>, p: lsp::Position, utf8: bool) -> Pos {
     let content = line_text(text, p.line);
     let byte = line_byte(content, p.character, utf8);
     Pos {
@@ -418,7 +470,12 @@ mod tests {
 
     #[test]
     fn positions_convert_both_ways_in_either_encoding() {
-        let text = "a\nhé𝄞x\n";
+        let raw = "a\nhé𝄞x\n";
+        let starts = line_starts(raw);
+        let text = Text {
+            text: raw,
+            starts: &starts,
+        };
         let p = Pos { line: 2, col: 8 }; // after `𝄞` (h=1, é=2, 𝄞=4 bytes)
         let utf16 = position(text, p, false);
         assert_eq!((utf16.line, utf16.character), (1, 4));
@@ -426,27 +483,29 @@ mod tests {
         let utf8 = position(text, p, true);
         assert_eq!(utf8.character, 7);
         assert_eq!(pos(text, utf8, true), p);
+        // A UTF-8 offset inside `é` is taken back to its start.
         assert_eq!(
-            offset(
+            pos(
                 text,
                 lsp::Position {
                     line: 1,
-                    character: 4
+                    character: 2
                 },
-                false
+                true
             ),
-            9
+            Pos { line: 2, col: 2 }
         );
-        assert_eq!(
-            offset(
-                text,
-                lsp::Position {
-                    line: 9,
-                    character: 0
-                },
-                false
-            ),
-            text.len()
-        );
+        // A byte-order mark is not a column of the first line.
+        let raw = "\u{feff}ab";
+        let starts = line_starts(raw);
+        let text = Text {
+            text: raw,
+            starts: &starts,
+        };
+        assert_eq!(position(text, Pos { line: 1, col: 2 }, false).character, 1);
+        let raw = "a\nhé𝄞x\n";
+        let at = |line, character| lsp::Position { line, character };
+        assert_eq!(offset(raw, at(1, 4), false), 9);
+        assert_eq!(offset(raw, at(9, 0), false), raw.len());
     }
 }

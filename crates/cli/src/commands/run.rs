@@ -593,6 +593,10 @@ pub fn run(args: &RunArgs, ui: Ui) -> ExitCode {
         return prompt_help(args);
     }
     if args.watch {
+        if args.prompt_path() == std::path::Path::new("-") {
+            errln!("error: --watch needs a prompt file to watch, not `-`");
+            return ExitCode::from(2);
+        }
         return watch(args, ui);
     }
     if args.prompt_path() == std::path::Path::new("-") && args.run_args.as_deref() == Some("-") {
@@ -724,6 +728,11 @@ fn watch(args: &RunArgs, ui: Ui) -> ExitCode {
         }
     }
     let files = watched_files(args);
+    // One seed for every run of the loop, so a prompt whose requests depend on it (the
+    // untrusted envelope's nonce, `math.random`) asks the same again and the cache answers.
+    let seed = args.seed.unwrap_or_else(os_seed);
+    // And one start instant (`sys.when`), for the same reason.
+    let mut start_ms: Option<i64> = None;
     let mut last_result: Option<String> = None;
     let mut n = 0u64;
     loop {
@@ -739,10 +748,16 @@ fn watch(args: &RunArgs, ui: Ui) -> ExitCode {
                 let cancel = Arc::new(AtomicBool::new(false));
                 match context(args, cancel.clone()) {
                     Err(message) => errln!("error: {message}"),
-                    Ok(ctx) => {
+                    Ok(mut ctx) => {
+                        ctx.seed = seed;
+                        ctx.start_ms = *start_ms.get_or_insert(ctx.start_ms);
                         let (tx, rx) = channel();
                         *current.lock().unwrap_or_else(|e| e.into_inner()) =
-                            Some((cancel, tx.clone()));
+                            Some((cancel.clone(), tx.clone()));
+                        // A Ctrl-C that came before the run could be told.
+                        if stop.load(Ordering::Relaxed) {
+                            cancel.store(true, Ordering::Relaxed);
+                        }
                         let outcome = execute(args, &text, ctx, &ui, (tx, rx));
                         *current.lock().unwrap_or_else(|e| e.into_inner()) = None;
                         match outcome {

@@ -196,3 +196,22 @@ fn hovers_symbols_and_folds() {
         "{folds:?}"
     );
 }
+
+#[test]
+fn an_unclosed_string_completes_only_on_its_own_line() {
+    let text = PROMPT.replace("call('## Summarize')", "call('## Sum");
+    let a = Analysis::new(&text);
+    let labels: Vec<String> = a
+        .completion(at(32, 12))
+        .into_iter()
+        .map(|c| c.label)
+        .collect();
+    assert_eq!(labels, ["## Summarize"]);
+    // The next line is code again: `jump` is a global there, not a section name.
+    let globals: Vec<String> = a
+        .completion(at(33, 1))
+        .into_iter()
+        .map(|c| c.label)
+        .collect();
+    assert!(globals.contains(&"jump".to_owned()), "{globals:?}");
+}
