@@ -133,6 +133,7 @@ pub struct Analysis {
     lines: Vec<String>,
     outline: Outline,
     prompt: Option<Prompt>,
+    problems: Vec<ParseError>,
     diagnostics: Vec<Diagnostic>,
     sites: Vec<Site>,
     places: Vec<Place>,
@@ -157,6 +158,7 @@ impl Analysis {
             lines,
             outline,
             prompt,
+            problems: Vec::new(),
             diagnostics: Vec::new(),
             sites: Vec::new(),
             places,
@@ -177,7 +179,21 @@ impl Analysis {
         }
         diagnostics.sort_by_key(|d| (d.span.start, d.severity == Severity::Warning));
         analysis.diagnostics = diagnostics;
+        analysis.problems = problems;
         analysis
+    }
+
+    /// The parse problems as the parser reported them ([`Prompt::check_partial`]'s).
+    pub fn problems(&self) -> &[ParseError] {
+        &self.problems
+    }
+
+    /// The prompt, when the file parses with no problem at all.
+    pub fn clean_prompt(&self) -> Option<&Prompt> {
+        self.problems
+            .is_empty()
+            .then_some(self.prompt.as_ref())
+            .flatten()
     }
 
     /// The prompt as far as it parses.

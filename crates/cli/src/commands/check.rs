@@ -102,11 +102,13 @@ fn check_file(path: &Path) -> FileReport {
             };
         }
     };
-    let parsed = Prompt::check(&text);
+    // One analysis gives the parse problems, the prompt, and the reference warnings.
+    let analysis = promptforge_ide::Analysis::new(&text);
+    let parsed = analysis.clean_prompt();
     let mut problems = Vec::new();
-    match &parsed {
-        Err(errors) => {
-            for err in errors {
+    match parsed {
+        None => {
+            for err in analysis.problems() {
                 let location = problem_location(err, &text);
                 problems.push(Problem {
                     severity: "error",
@@ -121,7 +123,7 @@ fn check_file(path: &Path) -> FileReport {
             problems.retain(|p| p.line.is_none() || lines.insert(p.line));
             problems.sort_by_key(|p| (p.line.is_some(), p.line, p.column));
         }
-        Ok(prompt) => {
+        Some(prompt) => {
             // A file that parses but would be refused on its first step is still a problem.
             if let Err(err) = first_step(Ok(prompt)) {
                 let kind = err
@@ -139,7 +141,6 @@ fn check_file(path: &Path) -> FileReport {
     }
     // Literal references that name nothing: warnings, which never fail the check (a prompt
     // may name a missing section on purpose, under `pcall`).
-    let analysis = promptforge_ide::Analysis::new(&text);
     let warned_lines: Vec<Option<u32>> = problems.iter().map(|p| p.line).collect();
     for warning in analysis
         .diagnostics()
@@ -161,8 +162,8 @@ fn check_file(path: &Path) -> FileReport {
     FileReport {
         file,
         ok: problems.iter().all(|p| p.severity != "error"),
-        summary: parsed.as_ref().ok().map(summarize),
-        describe: parsed.as_ref().ok().map(crate::describe::Description::of),
+        summary: parsed.map(summarize),
+        describe: parsed.map(crate::describe::Description::of),
         problems,
     }
 }
