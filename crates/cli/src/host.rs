@@ -567,7 +567,11 @@ impl Host {
                             // The store's state is rebuilt as the run goes, so a replay that
                             // turns live after a divergence finds the files it made.
                             if let Effect::Store(op) = &effect {
-                                let _ = self.store.perform(op);
+                                let answer = match self.store.perform(op) {
+                                    Ok(answer) => store_answer(answer),
+                                    Err(err) => store_error_answer(&err),
+                                };
+                                replay.performed(id, answer);
                             }
                             continue;
                         }
@@ -618,7 +622,38 @@ impl Host {
                         new: None,
                         what: "the run waits for an answer the record does not have".to_owned(),
                     });
-                    run.cancel();
+                    if !replay.then_live() {
+                        run.cancel();
+                        continue;
+                    }
+                    // `--then-live`: what the record has no answer for is performed now.
+                    let live = replay.go_live_unanswered();
+                    let performed: Vec<Option<Answer>> = live
+                        .iter()
+                        .map(|(id, _)| replay.take_performed(*id))
+                        .collect();
+                    for ((id, effect), performed) in live.into_iter().zip(performed) {
+                        let task = matches!(effect, Effect::ModelRound(_))
+                            .then(|| run.effect_task(id))
+                            .flatten();
+                        // A store operation was performed already: its answer, not a second go.
+                        let started = match performed {
+                            Some(answer) => Started::Now(answer),
+                            None => self.start(id, effect, task),
+                        };
+                        match started {
+                            Started::Now(answer) => {
+                                for witness in self.witnesses() {
+                                    witness.answered(id, &answer);
+                                }
+                                run.resume(id, answer);
+                            }
+                            Started::Task(handle) => {
+                                in_flight.insert(id, handle);
+                            }
+                            Started::Later => {}
+                        }
+                    }
                     continue;
                 }
             }

@@ -543,8 +543,13 @@ pub(crate) struct Replay {
     answers: BTreeMap<u64, Vec<(EffectId, Answer)>>,
     cancels: Vec<u64>,
     /// Recorded answers for effects this run issued, waiting for their step (or, once live,
-    /// for the next step).
-    matched: BTreeMap<EffectId, ()>,
+    /// for the next step), with the effect itself (to perform it for real if the record
+    /// turns out to have no answer for it and the replay goes live).
+    matched: BTreeMap<EffectId, Effect>,
+    /// What the store answered when a store operation taken from the record was performed
+    /// again (the store is rebuilt as the replay goes): a store effect the record has no
+    /// answer for gets this answer when the replay goes live, never a second perform.
+    performed: std::collections::HashMap<EffectId, Answer>,
     /// After a divergence with `--then-live`: effects are performed for real from here on.
     pub live: bool,
     then_live: bool,
@@ -572,6 +577,7 @@ impl Replay {
             answers: record.answers.clone(),
             cancels: record.cancels.clone(),
             matched: BTreeMap::new(),
+            performed: std::collections::HashMap::new(),
             live: false,
             then_live,
             by_taken: record.header.version >= TAKEN_ORDER,
@@ -599,7 +605,7 @@ impl Replay {
         let new = serde_json::to_value(effect).unwrap_or(Json::Null);
         let recorded = self.requests.get(&id);
         if recorded == Some(&new) {
-            self.matched.insert(id, ());
+            self.matched.insert(id, effect.clone());
             return Check::FromRecord;
         }
         let what = match recorded {
@@ -680,6 +686,39 @@ impl Replay {
             .keys()
             .copied()
             .find(|id| !answered.contains(id))
+    }
+
+    /// Keep what the store answered a store operation taken from the record.
+    pub(crate) fn performed(&mut self, id: EffectId, answer: Answer) {
+        self.performed.insert(id, answer);
+    }
+
+    /// What the store answered `id` when it was performed from the record.
+    pub(crate) fn take_performed(&mut self, id: EffectId) -> Option<Answer> {
+        self.performed.remove(&id)
+    }
+
+    /// Whether the replay may go live when the record ends (`--then-live`).
+    pub(crate) fn then_live(&self) -> bool {
+        self.then_live
+    }
+
+    /// Go live where the record ends: the effects the run issued that the record has no
+    /// answer for, to perform for real (their recorded answers, if any, still come first).
+    pub(crate) fn go_live_unanswered(&mut self) -> Vec<(EffectId, Effect)> {
+        let answered: std::collections::BTreeSet<EffectId> =
+            self.answers.values().flatten().map(|(id, _)| *id).collect();
+        let unanswered: Vec<EffectId> = self
+            .matched
+            .keys()
+            .copied()
+            .filter(|id| !answered.contains(id))
+            .collect();
+        self.live = true;
+        unanswered
+            .into_iter()
+            .filter_map(|id| self.matched.remove(&id).map(|effect| (id, effect)))
+            .collect()
     }
 
     /// Whether a live replay still owes recorded answers to effects it matched.

@@ -371,3 +371,67 @@ fn a_record_missing_an_answer_diverges_at_that_effect() {
     );
     assert!(stderr.contains("issued by section `Ask`"), "{stderr}");
 }
+
+#[test]
+fn a_record_cut_short_goes_live_where_it_ends_with_then_live() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("loop.md"),
+        "---\nname: loop\ndescription: d\npromptforge: 0\nmodels:\n  agent: {}\n---\n\n# Loop\n\n## Main\n\n```lua\nmodels.use('agent')\nstore.append('log.txt', 'x')\ntools.add_local('lookup', 'Look up', { topic = 'string' }, function(a) return 'facts ' .. a.topic end)\nlocal msgs = messages.new():user('go')\nmodels.loop(msgs)\nreturn msgs[#msgs].content .. ' ' .. store.read('log.txt')\n```\n",
+    )
+    .unwrap();
+    std::fs::write(
+        dir.path().join("all.json"),
+        r#"{"model":{"id":"scripted"},"replies":[{"tool_calls":[{"id":"c1","name":"lookup","arguments":{"topic":"x"}}]},"done"]}"#,
+    )
+    .unwrap();
+    let ran = promptforge(dir.path())
+        .args([
+            "run",
+            "loop.md",
+            "--script",
+            "all.json",
+            "--record",
+            "full.record",
+            "--json",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(
+        String::from_utf8_lossy(&ran.stdout).trim(),
+        r#"{"outcome":"completed","result":"done x"}"#
+    );
+    // A record cut after the first round's answer, as a killed run's would be.
+    let full = std::fs::read_to_string(dir.path().join("full.record")).unwrap();
+    let first_answer = full
+        .lines()
+        .position(|l| l.starts_with(r#"{"answer":"#) && l.contains("tool_calls"))
+        .unwrap();
+    let cut: Vec<&str> = full.lines().take(first_answer + 1).collect();
+    std::fs::write(dir.path().join("cut.record"), cut.join("\n") + "\n").unwrap();
+    // Only the second round is left for the model: a script with one reply finishes it, the
+    // store write taken from the record is not made twice.
+    std::fs::write(
+        dir.path().join("rest.json"),
+        r#"{"model":{"id":"scripted"},"replies":["done"]}"#,
+    )
+    .unwrap();
+    let resumed = promptforge(dir.path())
+        .args([
+            "replay",
+            "cut.record",
+            "--then-live",
+            "--script",
+            "rest.json",
+            "--json",
+        ])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&resumed.stderr);
+    assert_eq!(resumed.status.code(), Some(0), "{stderr}");
+    assert!(stderr.contains("live from there"), "{stderr}");
+    assert_eq!(
+        String::from_utf8_lossy(&resumed.stdout).trim(),
+        r#"{"outcome":"completed","result":"done x"}"#
+    );
+}
