@@ -1122,30 +1122,39 @@ fn http_address(text: &str) -> Result<SocketAddr, String> {
 }
 
 /// Ctrl-C, SIGTERM (`systemctl stop`, `docker stop`, Kubernetes) or SIGHUP: the server stops
-/// as it does on Ctrl-C.
-async fn stop_signal() {
+/// as it does on Ctrl-C. The handlers are registered when this is called, not when the future
+/// is first polled, so a signal that comes right after the server says it is serving is not
+/// the default action that kills the process.
+fn stop_signal() -> impl std::future::Future<Output = ()> {
     #[cfg(unix)]
-    {
+    let signals = {
         use tokio::signal::unix::{SignalKind, signal};
-        match (
+        (
             signal(SignalKind::terminate()),
             signal(SignalKind::hangup()),
-        ) {
-            (Ok(mut term), Ok(mut hup)) => {
-                tokio::select! {
-                    _ = tokio::signal::ctrl_c() => {}
-                    _ = term.recv() => {}
-                    _ = hup.recv() => {}
+        )
+    };
+    // Ctrl-C is registered by its first poll; the process-wide handler is ours either way.
+    async move {
+        #[cfg(unix)]
+        {
+            match signals {
+                (Ok(mut term), Ok(mut hup)) => {
+                    tokio::select! {
+                        _ = tokio::signal::ctrl_c() => {}
+                        _ = term.recv() => {}
+                        _ = hup.recv() => {}
+                    }
+                }
+                _ => {
+                    let _ = tokio::signal::ctrl_c().await;
                 }
             }
-            _ => {
-                let _ = tokio::signal::ctrl_c().await;
-            }
         }
-    }
-    #[cfg(not(unix))]
-    {
-        let _ = tokio::signal::ctrl_c().await;
+        #[cfg(not(unix))]
+        {
+            let _ = tokio::signal::ctrl_c().await;
+        }
     }
 }
 
@@ -1214,14 +1223,14 @@ async fn serve_http(
         .unwrap_or_else(|e| e.into_inner())
         .entries
         .len();
+    // The signals are ours before the server says it is serving.
+    let stop = stop_signal();
     errln!(
         "promptforge mcp: serving {} at http://{bound}/mcp",
         crate::ui::plural(count as u64, "prompt")
     );
     axum::serve(listener, app)
-        .with_graceful_shutdown(async {
-            stop_signal().await;
-        })
+        .with_graceful_shutdown(stop)
         .await
         .map_err(|e| format!("the HTTP server failed: {e}"))
 }
