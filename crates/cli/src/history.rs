@@ -45,6 +45,24 @@ fn cap_bytes() -> u64 {
         .saturating_mul(1024 * 1024)
 }
 
+/// Add `column` to `table` unless it is there (an older database opened by a newer binary).
+fn add_missing_column(
+    conn: &Connection,
+    table: &str,
+    column: &str,
+    declaration: &str,
+) -> rusqlite::Result<()> {
+    let present = conn
+        .prepare("SELECT 1 FROM pragma_table_info(?1) WHERE name = ?2")?
+        .exists(params![table, column])?;
+    if !present {
+        conn.execute_batch(&format!(
+            "ALTER TABLE {table} ADD COLUMN {column} {declaration};"
+        ))?;
+    }
+    Ok(())
+}
+
 /// One row of [`History::recent`].
 #[derive(Debug)]
 pub(crate) struct RunRow {
@@ -151,34 +169,14 @@ impl History {
         // The log is cut back to this after a checkpoint (see `bound_log`).
         conn.pragma_update(None, "journal_size_limit", WAL_LIMIT as i64)
             .map_err(&err)?;
-        // A database from before runs had a cost gets the column.
-        let has_cost = conn
-            .prepare("SELECT 1 FROM pragma_table_info('runs') WHERE name = 'cost'")
-            .and_then(|mut stmt| stmt.exists([]))
-            .map_err(&err)?;
-        if !has_cost {
-            conn.execute_batch("ALTER TABLE runs ADD COLUMN cost REAL;")
-                .map_err(&err)?;
-        }
-        // And one from before the response cache gets its count of cached rounds.
-        let has_cached = conn
-            .prepare("SELECT 1 FROM pragma_table_info('runs') WHERE name = 'cached_rounds'")
-            .and_then(|mut stmt| stmt.exists([]))
-            .map_err(&err)?;
-        if !has_cached {
-            conn.execute_batch(
-                "ALTER TABLE runs ADD COLUMN cached_rounds INTEGER NOT NULL DEFAULT 0;",
-            )
-            .map_err(&err)?;
-        }
-        // A database from before effects had their task gets the column.
-        let has_task = conn
-            .prepare("SELECT 1 FROM pragma_table_info('effects') WHERE name = 'task'")
-            .and_then(|mut stmt| stmt.exists([]))
-            .map_err(&err)?;
-        if !has_task {
-            conn.execute_batch("ALTER TABLE effects ADD COLUMN task TEXT;")
-                .map_err(&err)?;
+        // A database from before a column was added gets it: effects their task, runs their
+        // cost and their count of cached rounds.
+        for (table, column, declaration) in [
+            ("effects", "task", "TEXT"),
+            ("runs", "cost", "REAL"),
+            ("runs", "cached_rounds", "INTEGER NOT NULL DEFAULT 0"),
+        ] {
+            add_missing_column(&conn, table, column, declaration).map_err(&err)?;
         }
         Ok(History { conn, _copy: None })
     }
