@@ -215,16 +215,7 @@ fn show(history: &History, id: i64, shown: Shown, html: Option<&Path>) -> Result
             let took = t.saturating_sub(*issued);
             let text = match kind.as_str() {
                 "model_round" => {
-                    let reply = &value["value"]["value"];
-                    let usage = &reply["usage"];
-                    let tokens = if usage.is_object() {
-                        format!(
-                            ", {} in / {} out tokens",
-                            usage["prompt_tokens"], usage["completion_tokens"]
-                        )
-                    } else {
-                        String::new()
-                    };
+                    let tokens = tokens_text(&value["value"]["value"]);
                     let failed = value["value"].get("error").is_some();
                     let task = rounds
                         .iter()
@@ -419,6 +410,19 @@ fn show(history: &History, id: i64, shown: Shown, html: Option<&Path>) -> Result
     Ok(())
 }
 
+/// `, N in / M out tokens` for a reply that reported its usage, else nothing.
+fn tokens_text(reply: &Json) -> String {
+    let usage = &reply["usage"];
+    if usage.is_object() {
+        format!(
+            ", {} in / {} out tokens",
+            usage["prompt_tokens"], usage["completion_tokens"]
+        )
+    } else {
+        String::new()
+    }
+}
+
 /// A round as `runs show --json` prints it: the request as sent (model, messages, tools) and
 /// the answer as taken.
 fn round_json(n: usize, round: &Round) -> Json {
@@ -467,15 +471,7 @@ fn print_round(id: i64, n: usize, of: usize, round: &Round) {
                 outln!("reply: the provider refused the request as too long for the context")
             }
             (Some(reply), _) => {
-                let usage = &reply["usage"];
-                let tokens = if usage.is_object() {
-                    format!(
-                        ", {} in / {} out tokens",
-                        usage["prompt_tokens"], usage["completion_tokens"]
-                    )
-                } else {
-                    String::new()
-                };
+                let tokens = tokens_text(reply);
                 outln!(
                     "reply (finish {}{tokens}):",
                     reply["finish_reason"].as_str().unwrap_or("unknown")
