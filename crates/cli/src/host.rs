@@ -583,22 +583,9 @@ impl Host {
                         }
                     }
                 }
-                let task = matches!(effect, Effect::ModelRound(_))
-                    .then(|| run.effect_task(id))
-                    .flatten();
-                match self.start(id, effect, task) {
-                    Started::Now(answer) => {
-                        for witness in self.witnesses() {
-                            witness.answered(id, &answer);
-                        }
-                        run.resume(id, answer);
-                        answered = true;
-                    }
-                    Started::Task(handle) => {
-                        in_flight.insert(id, handle);
-                    }
-                    Started::Later => {}
-                }
+                let task = round_task(run, id, &effect);
+                let started = self.start(id, effect, task);
+                answered |= self.follow(run, &mut in_flight, id, started);
             }
             if answered || stopped {
                 continue;
@@ -633,26 +620,13 @@ impl Host {
                         .map(|(id, _)| replay.take_performed(*id))
                         .collect();
                     for ((id, effect), performed) in live.into_iter().zip(performed) {
-                        let task = matches!(effect, Effect::ModelRound(_))
-                            .then(|| run.effect_task(id))
-                            .flatten();
+                        let task = round_task(run, id, &effect);
                         // A store operation was performed already: its answer, not a second go.
                         let started = match performed {
                             Some(answer) => Started::Now(answer),
                             None => self.start(id, effect, task),
                         };
-                        match started {
-                            Started::Now(answer) => {
-                                for witness in self.witnesses() {
-                                    witness.answered(id, &answer);
-                                }
-                                run.resume(id, answer);
-                            }
-                            Started::Task(handle) => {
-                                in_flight.insert(id, handle);
-                            }
-                            Started::Later => {}
-                        }
+                        self.follow(run, &mut in_flight, id, started);
                     }
                     continue;
                 }
@@ -705,6 +679,31 @@ impl Host {
     }
 
     /// Start one effect (`task`: the task that issued a model round, for the display).
+    /// What to do once an effect is started: an answer now goes to the witnesses and the run
+    /// (`true`), a task is kept in flight. Whether the run got an answer.
+    fn follow(
+        &mut self,
+        run: &mut Run,
+        in_flight: &mut BTreeMap<EffectId, AbortHandle>,
+        id: EffectId,
+        started: Started,
+    ) -> bool {
+        match started {
+            Started::Now(answer) => {
+                for witness in self.witnesses() {
+                    witness.answered(id, &answer);
+                }
+                run.resume(id, answer);
+                true
+            }
+            Started::Task(handle) => {
+                in_flight.insert(id, handle);
+                false
+            }
+            Started::Later => false,
+        }
+    }
+
     fn start(&mut self, id: EffectId, effect: Effect, task: Option<String>) -> Started {
         match effect {
             Effect::Store(op) => {
@@ -903,6 +902,14 @@ impl Drop for Host {
             self.runtime.block_on(mcp.shutdown());
         }
     }
+}
+
+/// The task that issued a model round (for the display and the cache key); none for other
+/// effects.
+fn round_task(run: &Run, id: EffectId, effect: &Effect) -> Option<String> {
+    matches!(effect, Effect::ModelRound(_))
+        .then(|| run.effect_task(id))
+        .flatten()
 }
 
 /// How a started effect will be answered.
