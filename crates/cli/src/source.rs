@@ -98,15 +98,7 @@ fn read_stream(stream: impl std::io::Read, what: &str) -> Result<String, String>
 /// location (their position is inside the compiler's diagnostic), so for display the fault line
 /// is read back out of the `[string "..."]:N:` marker.
 pub fn display_location(err: &ParseError) -> Option<(u32, u32)> {
-    if let Some(line) = err.line {
-        return Some((line, err.column.unwrap_or(1)));
-    }
-    if err.kind == ParseErrorKind::Lua {
-        let after = err.message.split("\"]:").nth(1)?;
-        let digits: String = after.chars().take_while(char::is_ascii_digit).collect();
-        return digits.parse().ok().map(|line| (line, 1));
-    }
-    None
+    err.fault_line().map(|line| (line, err.column.unwrap_or(1)))
 }
 
 /// Where a problem `check` found is: its own line and column, or for a Lua compile failure

@@ -1,7 +1,7 @@
 //! One document's analysis (see the crate's opening).
 
 use promptforge_syntax::heading_ref::{HeadingRef, parse_heading_ref};
-use promptforge_syntax::{Outline, OutlineFence, ParseError, ParseErrorKind, Prompt, SectionId};
+use promptforge_syntax::{Outline, OutlineFence, ParseError, Prompt, SectionId};
 
 use crate::lua_lex::{Spanned, Token, tokens};
 use crate::reference;
@@ -226,13 +226,7 @@ impl Analysis {
     /// A parse problem as a diagnostic: at its line and column (to the end of the line), or
     /// for a Lua diagnostic at the fault line its text names.
     fn problem(&self, err: &ParseError) -> Diagnostic {
-        let (line, col) = match (err.line, err.column) {
-            (Some(line), column) => (line, column),
-            (None, _) if err.kind == ParseErrorKind::Lua => {
-                (lua_fault_line(&err.message).unwrap_or(1), None)
-            }
-            _ => (1, None),
-        };
+        let (line, col) = (err.fault_line().unwrap_or(1), err.column);
         let mut span = self.line_span(line.max(1));
         if let Some(col) = col {
             span.start.col = col.min(span.end.col);
@@ -881,13 +875,6 @@ fn suggestion(name: &str, names: &[&str], what: &str) -> String {
         None if names.is_empty() => String::new(),
         None => format!("; {what}: {}", names.join(", ")),
     }
-}
-
-/// The fault line a Lua compile diagnostic names (`[string "..."]:N:`).
-fn lua_fault_line(message: &str) -> Option<u32> {
-    let after = message.split("\"]:").nth(1)?;
-    let digits: String = after.chars().take_while(char::is_ascii_digit).collect();
-    digits.parse().ok()
 }
 
 /// Byte offsets where each line of `source` starts.

@@ -74,6 +74,18 @@ impl ParseError {
         }
     }
 
+    /// The file line the failure is at: its own line, or for a Lua compile failure (which the
+    /// spec gives no separate location) the fault line its diagnostic names
+    /// (`[string "..."]:N:`, a file line: the region was compiled behind its file lines).
+    pub fn fault_line(&self) -> Option<u32> {
+        if self.line.is_some() || self.kind != ParseErrorKind::Lua {
+            return self.line;
+        }
+        let after = self.message.split("\"]:").nth(1)?;
+        let digits: String = after.chars().take_while(char::is_ascii_digit).collect();
+        digits.parse().ok()
+    }
+
     /// Attach the prompt's name (body failures carry it).
     #[must_use]
     pub fn with_prompt_name(mut self, name: &str) -> Self {
