@@ -45,6 +45,33 @@ vim.fn.writefile(out, os.getenv('PF_OUT'))
 vim.cmd('qa!')
 "#;
 
+/// Open `p.md` in headless Neovim with the script above (waiting for `diagnostics` of them)
+/// and give back what it wrote down.
+fn edit_in_neovim(dir: &std::path::Path, diagnostics: u32) -> String {
+    let out = dir.join("out.txt");
+    let status = Command::new("nvim")
+        .args([
+            "--headless",
+            "-u",
+            "NONE",
+            "-i",
+            "NONE",
+            "p.md",
+            "-c",
+            "luafile test.lua",
+        ])
+        .current_dir(dir)
+        .env("PF_BIN", env!("CARGO_BIN_EXE_promptforge"))
+        .env("PF_OUT", &out)
+        .env("PF_DIAGS", diagnostics.to_string())
+        .env("XDG_STATE_HOME", dir.join("state"))
+        .env("XDG_DATA_HOME", dir.join("data"))
+        .status()
+        .unwrap();
+    assert!(status.success());
+    std::fs::read_to_string(&out).unwrap()
+}
+
 #[test]
 fn neovim_shows_the_diagnostics_jumps_and_completes() {
     if Command::new("nvim").arg("--version").output().is_err() {
@@ -57,28 +84,7 @@ fn neovim_shows_the_diagnostics_jumps_and_completes() {
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join("p.md"), PROMPT).unwrap();
     std::fs::write(dir.path().join("test.lua"), SCRIPT).unwrap();
-    let out = dir.path().join("out.txt");
-    let status = Command::new("nvim")
-        .args([
-            "--headless",
-            "-u",
-            "NONE",
-            "-i",
-            "NONE",
-            "p.md",
-            "-c",
-            "luafile test.lua",
-        ])
-        .current_dir(dir.path())
-        .env("PF_BIN", env!("CARGO_BIN_EXE_promptforge"))
-        .env("PF_OUT", &out)
-        .env("PF_DIAGS", "2")
-        .env("XDG_STATE_HOME", dir.path().join("state"))
-        .env("XDG_DATA_HOME", dir.path().join("data"))
-        .status()
-        .unwrap();
-    assert!(status.success());
-    let seen = std::fs::read_to_string(&out).unwrap();
+    let seen = edit_in_neovim(dir.path(), 2);
     let lines: Vec<&str> = seen.lines().collect();
     // The typo'd reference is a warning (severity 2) with a suggestion; the Lua syntax error
     // an error (severity 1); each at its own line.
@@ -100,27 +106,7 @@ fn neovim_shows_the_diagnostics_jumps_and_completes() {
         PROMPT.replace("Sumarize", "Summarize"),
     )
     .unwrap();
-    let status = Command::new("nvim")
-        .args([
-            "--headless",
-            "-u",
-            "NONE",
-            "-i",
-            "NONE",
-            "p.md",
-            "-c",
-            "luafile test.lua",
-        ])
-        .current_dir(dir.path())
-        .env("PF_BIN", env!("CARGO_BIN_EXE_promptforge"))
-        .env("PF_OUT", &out)
-        .env("PF_DIAGS", "1")
-        .env("XDG_STATE_HOME", dir.path().join("state"))
-        .env("XDG_DATA_HOME", dir.path().join("data"))
-        .status()
-        .unwrap();
-    assert!(status.success());
-    let seen = std::fs::read_to_string(&out).unwrap();
+    let seen = edit_in_neovim(dir.path(), 1);
     assert!(seen.contains("definition 17"), "{seen}");
     assert!(seen.contains("diag 22 1 lua compilation error"), "{seen}");
 }
