@@ -133,10 +133,11 @@ impl Prompt {
             }
         };
         // The first problem reported on a line is the one kept, so the problem `parse` would
-        // report (always reported first) is never dropped.
+        // report (always reported first) is never dropped. A Lua diagnostic is at the fault
+        // line its text names.
         let mut lines = std::collections::HashSet::new();
-        problems.retain(|p| p.line.is_none() || lines.insert(p.line));
-        problems.sort_by_key(|p| (p.line.is_some(), p.line, p.column));
+        problems.retain(|p| p.fault_line().is_none() || lines.insert(p.fault_line()));
+        problems.sort_by_key(|p| (p.fault_line().is_some(), p.fault_line(), p.column));
         (prompt, problems)
     }
 

@@ -118,10 +118,6 @@ fn check_file(path: &Path) -> FileReport {
                     column: location.and_then(|l| l.1),
                 });
             }
-            // In file order (a Lua diagnostic's line is read from its text), one per line.
-            let mut lines = std::collections::HashSet::new();
-            problems.retain(|p| p.line.is_none() || lines.insert(p.line));
-            problems.sort_by_key(|p| (p.line.is_some(), p.line, p.column));
         }
         Some(prompt) => {
             // A file that parses but would be refused on its first step is still a problem.
