@@ -63,6 +63,83 @@ fn add_missing_column(
     Ok(())
 }
 
+/// The outcome a run's row holds until the run ends.
+pub(crate) const UNFINISHED: &str = "unfinished";
+
+/// Where a history keeps the journal of run `id`: `journal/` beside the database, named after
+/// it (two histories in one folder keep apart).
+fn journal_path(db: &Path, id: i64) -> PathBuf {
+    let stem = db
+        .file_stem()
+        .map_or_else(|| "history".into(), |s| s.to_string_lossy());
+    journal_dir(db).join(format!("{stem}-{id}.jsonl"))
+}
+
+/// Whether a run is still writing this journal: its process holds a lock on it for as long as
+/// it runs, and the system lets go of it when the process ends, however it ends.
+pub(crate) fn is_running(journal: &Path) -> bool {
+    match std::fs::File::open(journal) {
+        Ok(file) => matches!(file.try_lock(), Err(std::fs::TryLockError::WouldBlock)),
+        Err(_) => false,
+    }
+}
+
+/// The history row of the run this process is running, for [`abandon_started`].
+static STARTED: std::sync::Mutex<Option<(PathBuf, i64)>> = std::sync::Mutex::new(None);
+
+/// Note the run this process is running (its history and row), or that it has none.
+pub(crate) fn started(history: Option<&Path>, row: Option<i64>) {
+    let mut started = STARTED.lock().unwrap_or_else(|e| e.into_inner());
+    *started = history.zip(row).map(|(db, id)| (db.to_path_buf(), id));
+}
+
+/// The process ends the run it is running as cancelled before the run could end itself (a
+/// cancel's grace ran out): its row says `cancelled`, so it is never resumed (it had
+/// its one outcome), and its journal goes.
+pub(crate) fn abandon_started() {
+    let started = STARTED.lock().unwrap_or_else(|e| e.into_inner()).take();
+    let Some((db, id)) = started else {
+        return;
+    };
+    if let Ok(history) = History::open(&db) {
+        let journal: Option<String> = history
+            .conn
+            .query_row("SELECT journal FROM runs WHERE id = ?1", params![id], |r| {
+                r.get(0)
+            })
+            .optional()
+            .ok()
+            .flatten()
+            .flatten();
+        let updated = history.conn.execute(
+            "UPDATE runs SET outcome = 'cancelled', outcome_json = ?2, journal = NULL
+             WHERE id = ?1 AND outcome = 'unfinished'",
+            params![id, json!({"outcome": "cancelled"}).to_string()],
+        );
+        if let (Ok(1), Some(journal)) = (updated, journal)
+            && Path::new(&journal).starts_with(journal_dir(&db))
+        {
+            let _ = std::fs::remove_file(journal);
+        }
+    }
+}
+
+/// The folder of a history's journals.
+fn journal_dir(db: &Path) -> PathBuf {
+    db.parent().unwrap_or(Path::new(".")).join("journal")
+}
+
+/// What became of a run that `resume` was asked for.
+#[derive(Debug)]
+pub(crate) enum Unfinished {
+    /// It ended with this outcome.
+    Ended(String),
+    /// It has not ended, and this is its journal.
+    Journal(PathBuf),
+    /// It has not ended, and kept no journal (killed before its first step was written).
+    NoJournal,
+}
+
 /// One row of [`History::recent`].
 #[derive(Debug)]
 pub(crate) struct RunRow {
@@ -175,6 +252,7 @@ impl History {
             ("effects", "task", "TEXT"),
             ("runs", "cost", "REAL"),
             ("runs", "cached_rounds", "INTEGER NOT NULL DEFAULT 0"),
+            ("runs", "journal", "TEXT"),
         ] {
             add_missing_column(&conn, table, column, declaration).map_err(&err)?;
         }
@@ -216,15 +294,79 @@ impl History {
         Ok(history)
     }
 
+    /// A run starts: its row goes in at once (outcome `unfinished`), so a run that never
+    /// ends (killed, crashed) is still listed and can be resumed from its journal, the file
+    /// this returns, which the run's recorder writes as it goes (see `record::Recorder`).
+    /// `journal` is the run's `--record` file, when it has one (the record is the journal).
+    pub(crate) fn begin(
+        &mut self,
+        header: &Header,
+        journal: Option<&Path>,
+    ) -> Result<(i64, PathBuf), String> {
+        let err = |e: rusqlite::Error| format!("the run history: {e}");
+        let header_line = serde_json::to_string(header).map_err(|e| e.to_string())?;
+        self.conn
+            .execute(
+                "INSERT INTO runs (prompt, prompt_sha256, seed, started_at, args, model, outcome,
+                     wall_ms, rounds, prompt_tokens, completion_tokens, header, events, cancels,
+                     outcome_json)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, 'unfinished', 0, 0, 0, 0, ?7, '', '[]', 'null')",
+                params![
+                    header.prompt.path.display().to_string(),
+                    header.prompt.sha256,
+                    header.seed.to_string(),
+                    header.when,
+                    header.args,
+                    header.host.model.as_ref().map(|m| m.id.clone()),
+                    header_line,
+                ],
+            )
+            .map_err(err)?;
+        let id = self.conn.last_insert_rowid();
+        let db = self.conn.path().map(PathBuf::from).unwrap_or_default();
+        let journal = journal.map_or_else(|| journal_path(&db, id), Path::to_path_buf);
+        self.conn
+            .execute(
+                "UPDATE runs SET journal = ?2 WHERE id = ?1",
+                params![id, journal.display().to_string()],
+            )
+            .map_err(err)?;
+        Ok((id, journal))
+    }
+
+    /// Run `id` as `resume` needs it: whether it ended, and its journal.
+    pub(crate) fn unfinished(&self, id: i64) -> Result<Unfinished, String> {
+        let row: Option<(String, Option<String>)> = self
+            .conn
+            .query_row(
+                "SELECT outcome, journal FROM runs WHERE id = ?1",
+                params![id],
+                |r| Ok((r.get(0)?, r.get(1)?)),
+            )
+            .optional()
+            .map_err(|e| format!("the run history: {e}"))?;
+        match row {
+            None => Err(format!(
+                "no run {id} in the history (`promptforge runs` lists them)"
+            )),
+            Some((outcome, _)) if outcome != UNFINISHED => Ok(Unfinished::Ended(outcome)),
+            Some((_, None)) => Ok(Unfinished::NoJournal),
+            Some((_, Some(journal))) => Ok(Unfinished::Journal(PathBuf::from(journal))),
+        }
+    }
+
     /// Keep a run: its record (as `run --record` writes it) and how long it took. The
     /// record is read a line at a time and written as it is read, so memory does not grow
     /// with the run.
     /// The cost is kept when the model's price is known and every reply reported its tokens.
+    /// A run that went in when it started ([`History::begin`]) is `started`: its row is
+    /// completed (and its journal forgotten) rather than a second one added.
     pub(crate) fn add(
         &mut self,
         record: impl BufRead,
         wall_ms: u64,
         price: Option<&promptforge_harness::model::Price>,
+        started: Option<i64>,
     ) -> Result<i64, String> {
         let err = |e: rusqlite::Error| format!("the run history: {e}");
         let mut lines = record.lines();
@@ -235,24 +377,45 @@ impl History {
         let header: Header = serde_json::from_str(&header_line)
             .map_err(|e| format!("the run's record has no header: {e}"))?;
         let tx = self.conn.transaction().map_err(err)?;
-        tx.execute(
-            "INSERT INTO runs (prompt, prompt_sha256, seed, started_at, args, model, outcome,
+        // The row made when the run started, unless it was pruned meanwhile.
+        let updated = match started {
+            Some(id) => {
+                tx.execute("DELETE FROM effects WHERE run_id = ?1", params![id])
+                    .map_err(err)?;
+                tx.execute("DELETE FROM events WHERE run_id = ?1", params![id])
+                    .map_err(err)?;
+                tx.execute(
+                    "UPDATE runs SET wall_ms = ?2, header = ?3, journal = NULL WHERE id = ?1",
+                    params![id, wall_ms as i64, header_line],
+                )
+                .map_err(err)?
+                    == 1
+            }
+            None => false,
+        };
+        if !updated {
+            tx.execute(
+                "INSERT INTO runs (prompt, prompt_sha256, seed, started_at, args, model, outcome,
                  wall_ms, rounds, prompt_tokens, completion_tokens, header, events, cancels,
                  outcome_json)
              VALUES (?1, ?2, ?3, ?4, ?5, ?6, 'unknown', ?7, 0, 0, 0, ?8, '', '[]', 'null')",
-            params![
-                header.prompt.path.display().to_string(),
-                header.prompt.sha256,
-                header.seed.to_string(),
-                header.when,
-                header.args,
-                header.host.model.as_ref().map(|m| m.id.clone()),
-                wall_ms as i64,
-                header_line,
-            ],
-        )
-        .map_err(err)?;
-        let run_id = tx.last_insert_rowid();
+                params![
+                    header.prompt.path.display().to_string(),
+                    header.prompt.sha256,
+                    header.seed.to_string(),
+                    header.when,
+                    header.args,
+                    header.host.model.as_ref().map(|m| m.id.clone()),
+                    wall_ms as i64,
+                    header_line,
+                ],
+            )
+            .map_err(err)?;
+        }
+        let run_id = match (updated, started) {
+            (true, Some(id)) => id,
+            _ => tx.last_insert_rowid(),
+        };
         let mut cancels: Vec<u64> = Vec::new();
         let mut outcome = Json::Null;
         let (mut rounds, mut prompt_tokens, mut completion_tokens) = (0i64, 0i64, 0i64);
@@ -441,7 +604,11 @@ impl History {
             // A tenth of the runs (at least one), oldest first.
             let count: i64 = self
                 .conn
-                .query_row("SELECT COUNT(*) FROM runs", [], |r| r.get(0))
+                .query_row(
+                    "SELECT COUNT(*) FROM runs WHERE outcome != 'unfinished'",
+                    [],
+                    |r| r.get(0),
+                )
                 .map_err(err)?;
             if count <= 1 {
                 break;
@@ -449,7 +616,10 @@ impl History {
             let drop = (count / 10).max(1);
             self.conn
                 .execute(
-                    "DELETE FROM runs WHERE id IN (SELECT id FROM runs ORDER BY id LIMIT ?1)",
+                    // A run that has not ended keeps its row: it may still be running, or
+                    // be resumed (its journal is outside the database).
+                    "DELETE FROM runs WHERE id IN
+                         (SELECT id FROM runs WHERE outcome != 'unfinished' ORDER BY id LIMIT ?1)",
                     params![drop],
                 )
                 .map_err(err)?;
@@ -480,16 +650,26 @@ impl History {
             .conn
             .prepare(
                 "SELECT id, started_at, prompt, outcome, error_kind, wall_ms, rounds,
-                        prompt_tokens, completion_tokens, model, seed, cost, cached_rounds
+                        prompt_tokens, completion_tokens, model, seed, cost, cached_rounds,
+                        journal
                  FROM runs ORDER BY id DESC LIMIT ?1",
             )
             .map_err(err)?;
         stmt.query_map(params![limit], |r| {
+            let outcome: String = r.get(3)?;
+            let journal: Option<String> = r.get(13)?;
+            // A run that has not ended is `running` while its process holds its journal.
+            let outcome = match journal {
+                Some(journal) if outcome == UNFINISHED && is_running(Path::new(&journal)) => {
+                    "running".to_owned()
+                }
+                _ => outcome,
+            };
             Ok(RunRow {
                 id: r.get(0)?,
                 started_at: r.get(1)?,
                 prompt: r.get(2)?,
-                outcome: r.get(3)?,
+                outcome,
                 error_kind: r.get(4)?,
                 wall_ms: r.get(5)?,
                 rounds: r.get(6)?,
@@ -536,6 +716,11 @@ impl History {
                 "no run {id} in the history (`promptforge runs` lists them)"
             ));
         };
+        if outcome == "null" {
+            return Err(format!(
+                "run {id} has not ended, so it has no record yet; if its process is gone, `promptforge resume {id}` continues it"
+            ));
+        }
         let io = |e: std::io::Error| format!("cannot write the record: {e}");
         writeln!(out, "{header}").map_err(io)?;
         // Each query streams its rows straight out, so an export of a long run holds one

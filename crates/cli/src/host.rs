@@ -485,17 +485,28 @@ impl Host {
         // the run has taken the ones before it).
         let mut steps: u64 = 0;
         let mut taken: u64 = 0;
+        // Answers from outside arrived since the last step (a journal syncs them first).
+        let mut arrived = false;
         loop {
             if let Some(replay) = &mut self.replay {
                 let counter = replay.counter(steps, taken);
                 let answers = replay.answers_before(counter);
                 let cancel = replay.cancel_before(counter);
                 for (id, answer) in answers {
+                    // A resumed run's journal keeps them again, in this run's order.
+                    if let Some(recorder) = &mut self.recorder {
+                        recorder.answered(id, &answer);
+                    }
                     run.resume(id, answer);
                 }
                 if cancel {
                     run.cancel();
                 }
+            }
+            if std::mem::take(&mut arrived) {
+                let files: Vec<Arc<std::fs::File>> =
+                    self.witnesses().filter_map(|w| w.durable()).collect();
+                self.sync(files);
             }
             let step = run.step();
             steps += 1;
@@ -561,9 +572,14 @@ impl Host {
                 if batch.withdrawn.contains(&id) {
                     continue;
                 }
-                if let Some(replay) = &mut self.replay {
-                    match replay.check(id, &effect, run.effect_site(id)) {
+                let check = self
+                    .replay
+                    .as_mut()
+                    .map(|replay| replay.check(id, &effect, run.effect_site(id)));
+                if let Some(check) = check {
+                    match check {
                         Check::FromRecord => {
+                            self.operator_answered(&effect);
                             // The store's state is rebuilt as the run goes, so a replay that
                             // turns live after a divergence finds the files it made.
                             if let Effect::Store(op) = &effect {
@@ -571,11 +587,18 @@ impl Host {
                                     Ok(answer) => store_answer(answer),
                                     Err(err) => store_error_answer(&err),
                                 };
-                                replay.performed(id, answer);
+                                if let Some(replay) = &mut self.replay {
+                                    replay.performed(id, answer);
+                                }
                             }
                             continue;
                         }
                         Check::Live => {}
+                        Check::Arrived(answer) => {
+                            self.operator_answered(&effect);
+                            answered |= self.follow(run, &mut in_flight, id, Started::Now(answer));
+                            continue;
+                        }
                         Check::Stop => {
                             run.cancel();
                             stopped = true;
@@ -615,15 +638,23 @@ impl Host {
                     }
                     // `--then-live`: what the record has no answer for is performed now.
                     let live = replay.go_live_unanswered();
-                    let performed: Vec<Option<Answer>> = live
+                    // A store operation was performed already: its answer, not a second go;
+                    // an answer a killed run was given (`resume`) is given again.
+                    let known: Vec<Option<Answer>> = live
                         .iter()
-                        .map(|(id, _)| replay.take_performed(*id))
+                        .map(|(id, effect)| {
+                            replay
+                                .take_performed(*id)
+                                .or_else(|| replay.take_arrived(*id, effect))
+                        })
                         .collect();
-                    for ((id, effect), performed) in live.into_iter().zip(performed) {
+                    for ((id, effect), known) in live.into_iter().zip(known) {
                         let task = round_task(run, id, &effect);
-                        // A store operation was performed already: its answer, not a second go.
-                        let started = match performed {
-                            Some(answer) => Started::Now(answer),
+                        let started = match known {
+                            Some(answer) => {
+                                self.operator_answered(&effect);
+                                Started::Now(answer)
+                            }
                             None => self.start(id, effect, task),
                         };
                         self.follow(run, &mut in_flight, id, started);
@@ -651,6 +682,7 @@ impl Host {
                 match next {
                     HostMessage::Answer(id, answer) => {
                         in_flight.remove(&id);
+                        arrived = true;
                         if self.asking.remove(&id) && self.asking.is_empty() {
                             self.progress.pause(false);
                         }
@@ -675,6 +707,48 @@ impl Host {
                 }
                 run.cancel();
             }
+        }
+    }
+
+    /// Sync files to the disk before the run steps on the answers they hold. The sync runs
+    /// on a blocking thread while the runtime goes on reading the replies in flight (a sync
+    /// takes a tenth of a millisecond to milliseconds, and the loop's thread is the one that
+    /// reads every socket); answers that arrive meanwhile are synced with the next step.
+    fn sync(&mut self, files: Vec<Arc<std::fs::File>>) {
+        if files.is_empty() {
+            return;
+        }
+        let synced = self.runtime.block_on(async move {
+            let done = tokio::task::spawn_blocking(move || {
+                files.iter().try_for_each(|file| file.sync_data())
+            })
+            .await;
+            match done {
+                Ok(result) => result,
+                Err(e) => Err(std::io::Error::other(e.to_string())),
+            }
+        });
+        if let Err(e) = synced {
+            note(
+                self.notes,
+                &format!(
+                    "cannot sync the run journal to the disk ({e}); a lost machine may lose its last answers"
+                ),
+                || json!({"host_event": "journal_unsynced", "error": e.to_string()}),
+            );
+        }
+    }
+
+    /// An operator question answered from a record: the `--input` answer it took when it
+    /// was asked is used up all the same, so the next question gets the next one.
+    fn operator_answered(&mut self, effect: &Effect) {
+        let asks = match effect {
+            Effect::Ask => true,
+            Effect::Tool { path, .. } => path == ASK_TOOL_PATH,
+            _ => false,
+        };
+        if let (true, Operator::Scripted(answers)) = (asks, &mut self.operator) {
+            answers.pop_front();
         }
     }
 

@@ -78,6 +78,9 @@ enum Command {
     /// Run a recorded prompt again from its record (`run --record FILE`), answering every
     /// effect from it, and report where an edited prompt diverges.
     Replay(Box<replay::ReplayArgs>),
+    /// Continue a run that was killed before it ended, from its journal in the history: the
+    /// answers it got again (no network call), then live.
+    Resume(run::resume::ResumeArgs),
     /// The run history: recent runs (`runs`), one run (`runs show ID`), its record
     /// (`runs export ID`).
     Runs(runs::RunsArgs),
@@ -133,6 +136,7 @@ fn main() -> ExitCode {
         Command::Batch(args) => batch::batch(&args, ui),
         Command::Merge(args) => batch::merge(&args),
         Command::Replay(args) => replay::replay(&args, ui),
+        Command::Resume(args) => run::resume::resume(&args, ui),
         Command::Runs(args) => runs::runs(&args),
         Command::Describe(args) => describe::describe(&args),
         Command::Models(args) => models::models(&args),

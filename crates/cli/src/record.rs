@@ -24,6 +24,7 @@
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use promptforge_engine::protocol::{Answer, Commits, Effect, EffectId, is_provisional};
 use promptforge_engine::{Event, HostState, Outcome};
@@ -85,12 +86,53 @@ enum Sink {
     Temp(std::io::BufWriter<std::fs::File>, tempfile::TempPath),
 }
 
+/// How a run was started, kept in its journal so `promptforge resume` can start it the same
+/// way: the command line, the folder it ran in, and the prompt's text as it ran.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub(crate) struct Invocation {
+    pub argv: Vec<String>,
+    pub cwd: PathBuf,
+    pub prompt: String,
+}
+
+/// A record that is also the run's journal in the history: every answer is written the moment
+/// it arrives (an `arrived` line, before the run takes it and its `answer` line follows), and
+/// made durable before the run's next step, so a run killed at any point can be resumed
+/// without asking again for anything it was answered.
+#[derive(Debug)]
+struct Journal {
+    /// Lines written since the file was last synced.
+    dirty: bool,
+    /// The file, to `fdatasync` at each step that takes a new answer (`None`: written to the
+    /// system only, which a killed process does not lose, but a lost machine may).
+    sync: Option<Arc<std::fs::File>>,
+    /// The file belongs to the history, which removes it once the run is kept.
+    owned: bool,
+}
+
+/// Whether journals sync their answers to the disk (`PROMPTFORGE_JOURNAL_SYNC=off` turns it
+/// off).
+fn journal_sync() -> bool {
+    !std::env::var("PROMPTFORGE_JOURNAL_SYNC").is_ok_and(|v| v == "off")
+}
+
+/// Make a file's directory entry durable (a new or renamed journal).
+fn sync_dir(path: &Path) {
+    if let Some(dir) = path.parent()
+        && let Ok(dir) = std::fs::File::open(dir)
+    {
+        let _ = dir.sync_all();
+    }
+}
+
 /// Writes a record as the run goes. Each line after the header carries `t`, the
 /// milliseconds since the run started by the Host's clock (for timelines; never compared).
 #[derive(Debug)]
 pub(crate) struct Recorder {
     out: Sink,
     path: Option<PathBuf>,
+    /// Set when the record is also the run's journal.
+    journal: Option<Journal>,
     started: std::time::Instant,
     failed: Option<String>,
     /// Effects issued ahead, by provisional id, until their issue is committed: the request
@@ -113,13 +155,15 @@ pub(crate) enum Written {
     File(PathBuf),
     /// In a temporary file, removed when this is dropped.
     Temp(tempfile::TempPath),
+    /// In the history's journal of the run, which the history removes once it keeps the run.
+    Journal(PathBuf),
 }
 
 impl Written {
     /// The file holding the record.
     pub(crate) fn path(&self) -> &Path {
         match self {
-            Written::File(path) => path,
+            Written::File(path) | Written::Journal(path) => path,
             Written::Temp(path) => path,
         }
     }
@@ -149,10 +193,161 @@ impl Recorder {
         )
     }
 
+    /// Record into the run's journal at `path` (the history's): the record, plus each answer
+    /// as it arrives, synced before the run steps on it.
+    pub(crate) fn journal(
+        path: &Path,
+        header: &Header,
+        invocation: &Invocation,
+    ) -> Result<Recorder, String> {
+        if let Some(dir) = path.parent() {
+            std::fs::create_dir_all(dir)
+                .map_err(|e| format!("the run journal {}: {e}", dir.display()))?;
+        }
+        let file = std::fs::File::create(path)
+            .map_err(|e| format!("the run journal {}: {e}", path.display()))?;
+        let mut recorder = Recorder::start(
+            Sink::File(std::io::BufWriter::new(file)),
+            Some(path),
+            header,
+        )?
+        .journaled(invocation)?;
+        if let Some(journal) = &mut recorder.journal {
+            journal.owned = true;
+        }
+        Ok(recorder)
+    }
+
+    /// The journal of a resumed run: a new file at `path` (taking the old one's place) that
+    /// starts with everything the old one was answered (`carried` lines), synced before the
+    /// run starts, so a resume killed in turn loses nothing either.
+    pub(crate) fn resumed(
+        path: &Path,
+        old: &Record,
+        invocation: &Invocation,
+    ) -> Result<Recorder, String> {
+        let next = PathBuf::from(format!("{}.next", path.display()));
+        let file = std::fs::File::create(&next)
+            .map_err(|e| format!("the run journal {}: {e}", next.display()))?;
+        let mut recorder = Recorder::start(
+            Sink::File(std::io::BufWriter::new(file)),
+            Some(path),
+            &old.header,
+        )?
+        .journaled(invocation)?;
+        if let Some(journal) = &mut recorder.journal {
+            journal.owned = true;
+        }
+        for (step, answers) in &old.answers {
+            for (id, answer) in answers {
+                recorder.carried(*id, old.requests.get(id), answer, Some(*step));
+            }
+        }
+        for (id, answer) in &old.arrived {
+            recorder.carried(*id, old.requests.get(id), answer, None);
+        }
+        if let Some(file) = recorder.durable_now() {
+            file.sync_data()
+                .map_err(|e| format!("the run journal {}: {e}", next.display()))?;
+        }
+        if let Some(failed) = recorder.failed.take() {
+            return Err(failed);
+        }
+        std::fs::rename(&next, path)
+            .map_err(|e| format!("the run journal {}: {e}", path.display()))?;
+        sync_dir(path);
+        Ok(recorder)
+    }
+
+    /// Make this record the run's journal too: hold the file's lock while the run lasts (so
+    /// `resume` can tell a running run from a killed one), keep how the run was started, and
+    /// write answers as they arrive.
+    pub(crate) fn journaled(mut self, invocation: &Invocation) -> Result<Recorder, String> {
+        let name = self
+            .path
+            .as_ref()
+            .map_or_else(String::new, |p| p.display().to_string());
+        if let Sink::File(out) = &self.out {
+            match out.get_ref().try_lock() {
+                Ok(()) => {}
+                Err(std::fs::TryLockError::WouldBlock) => {
+                    return Err(format!("the run journal {name} is in use by another run"));
+                }
+                Err(std::fs::TryLockError::Error(e)) => {
+                    return Err(format!("the run journal {name}: {e}"));
+                }
+            }
+        }
+        self.write(&json!({ "invocation": invocation }));
+        let sync = match &self.out {
+            Sink::File(out) if journal_sync() => {
+                let file = out
+                    .get_ref()
+                    .try_clone()
+                    .map_err(|e| format!("the run journal {name}: {e}"))?;
+                Some(Arc::new(file))
+            }
+            _ => None,
+        };
+        self.journal = Some(Journal {
+            dirty: true,
+            sync,
+            owned: false,
+        });
+        if let Some(file) = self.durable_now() {
+            file.sync_data()
+                .map_err(|e| format!("the run journal {name}: {e}"))?;
+        }
+        if let Some(path) = &self.path {
+            sync_dir(path);
+        }
+        match self.failed.take() {
+            Some(failed) => Err(failed),
+            None => Ok(self),
+        }
+    }
+
+    /// An answer a resumed run starts from, with its effect's request.
+    fn carried(
+        &mut self,
+        id: EffectId,
+        request: Option<&Json>,
+        answer: &Answer,
+        step: Option<u64>,
+    ) {
+        let mut line = json!({"carried": id, "request": request, "value": answer});
+        if let (Some(step), Some(map)) = (step, line.as_object_mut()) {
+            map.insert("step".to_owned(), json!(step));
+        }
+        self.write(&line);
+    }
+
+    /// Hand the journal's new lines to the system, when anything was written since last
+    /// time, and give back the file to sync to the disk (the Host syncs it off its loop's
+    /// thread, so replies in flight are still read meanwhile, and steps when it is done).
+    fn durable_now(&mut self) -> Option<Arc<std::fs::File>> {
+        let journal = self.journal.as_mut()?;
+        if !journal.dirty || self.failed.is_some() {
+            return None;
+        }
+        journal.dirty = false;
+        let flushed = match &mut self.out {
+            Sink::File(out) | Sink::Temp(out, _) => out.flush(),
+        };
+        match flushed {
+            Ok(()) => journal.sync.clone(),
+            Err(e) => {
+                self.failed = Some(format!("cannot write the run journal: {e}"));
+                None
+            }
+        }
+    }
+
     fn start(out: Sink, path: Option<&Path>, header: &Header) -> Result<Recorder, String> {
         let mut recorder = Recorder {
             out,
             path: path.map(Path::to_path_buf),
+            journal: None,
             started: std::time::Instant::now(),
             failed: None,
             ahead: HashMap::new(),
@@ -256,6 +451,7 @@ impl Recorder {
                 });
             }
             if let Some(answer) = self.answers.remove(&provisional) {
+                self.arrived(id, &answer.0);
                 self.answers.insert(id, answer);
             }
             if self.cached.remove(&provisional) {
@@ -302,12 +498,28 @@ impl Recorder {
         }
     }
 
-    /// An answer as the Host handed it over: written once the run takes it.
+    /// An answer as the Host handed it over: written once the run takes it (and, in a
+    /// journal, at once, unless it answers an effect issued ahead whose id is not final yet).
     fn record_answer(&mut self, id: EffectId, answer: &Answer) {
         let t = self.elapsed();
         let id = self.final_id(id);
         let text = serde_json::to_string(answer).unwrap_or_else(|_| "null".to_owned());
+        if !is_provisional(id) {
+            self.arrived(id, &text);
+        }
         self.answers.insert(id, (text, t));
+    }
+
+    /// A journal's `arrived` line: the answer to effect `id`, as JSON text.
+    fn arrived(&mut self, id: EffectId, answer: &str) {
+        let Some(journal) = &mut self.journal else {
+            return;
+        };
+        journal.dirty = true;
+        self.raw(|out| {
+            writeln!(out, r#"{{"arrived":{id},"value":{answer}}}"#)?;
+            Ok(())
+        });
     }
 
     fn withdrawn(&mut self, id: EffectId) {
@@ -389,12 +601,17 @@ impl Recorder {
         if let Some(failed) = self.failed.take() {
             return Err(failed);
         }
+        let owned = self.journal.as_ref().is_some_and(|j| j.owned);
         match self.out {
             Sink::File(mut out) => {
                 let path = self.path.unwrap_or_default();
                 out.flush()
                     .map_err(|e| format!("cannot write the record {}: {e}", path.display()))?;
-                Ok(Written::File(path))
+                if owned {
+                    Ok(Written::Journal(path))
+                } else {
+                    Ok(Written::File(path))
+                }
             }
             Sink::Temp(mut out, path) => {
                 out.flush()
@@ -420,6 +637,10 @@ pub(crate) struct Record {
     pub events: Vec<Json>,
     /// The outcome, as JSON.
     pub outcome: Option<Json>,
+    /// A journal's answers that arrived but were not taken (a killed run's last ones).
+    pub arrived: BTreeMap<EffectId, Answer>,
+    /// How a journal's run was started.
+    pub invocation: Option<Invocation>,
 }
 
 impl Record {
@@ -450,7 +671,13 @@ impl Record {
             cancels: Vec::new(),
             events: Vec::new(),
             outcome: None,
+            arrived: BTreeMap::new(),
+            invocation: None,
         };
+        // A resumed run's journal starts with what the run before it was answered (`carried`,
+        // in the order that run took them); the resumed run takes those again first, then its
+        // own. Both merge into one taking order.
+        let mut carried: Vec<(u64, EffectId, Answer)> = Vec::new();
         for (n, line) in lines {
             let line = line.map_err(|e| bad(n, &e.to_string()))?;
             if line.trim().is_empty() {
@@ -459,8 +686,30 @@ impl Record {
             let value: Json =
                 serde_json::from_str(&line).map_err(|e| bad(n, &format!("not JSON ({e})")))?;
             let id = |key: &str| value.get(key).and_then(Json::as_u64);
+            let answer_of = |v: &Json| -> Result<Answer, String> {
+                serde_json::from_value(v.clone())
+                    .map_err(|e| bad(n, &format!("not an answer ({e})")))
+            };
             if let (Some(id), Some(request)) = (id("effect"), value.get("request")) {
-                record.requests.insert(id, request.clone());
+                record.requests.entry(id).or_insert_with(|| request.clone());
+            } else if let (Some(effect), Some(answer)) = (id("arrived"), value.get("value")) {
+                record.arrived.insert(effect, answer_of(answer)?);
+            } else if let (Some(effect), Some(answer)) = (id("carried"), value.get("value")) {
+                if let Some(request) = value.get("request").filter(|r| !r.is_null()) {
+                    record
+                        .requests
+                        .entry(effect)
+                        .or_insert_with(|| request.clone());
+                }
+                let answer = answer_of(answer)?;
+                match id("step") {
+                    Some(step) => carried.push((step, effect, answer)),
+                    None => {
+                        record.arrived.insert(effect, answer);
+                    }
+                }
+            } else if let Some(invocation) = value.get("invocation") {
+                record.invocation = serde_json::from_value(invocation.clone()).ok();
             } else if let (Some(effect), Some(answer)) = (id("answer"), value.get("value")) {
                 let answer: Answer = serde_json::from_value(answer.clone())
                     .map_err(|e| bad(n, &format!("not an answer ({e})")))?;
@@ -480,6 +729,25 @@ impl Record {
                 record.outcome = Some(outcome.clone());
             } else if id("withdrawn").is_none() && value.get("uncommitted").is_none() {
                 return Err(bad(n, "not a record line"));
+            }
+        }
+        if !carried.is_empty() {
+            carried.sort_by_key(|(step, _, _)| *step);
+            let own = std::mem::take(&mut record.answers);
+            let mut seen = std::collections::HashSet::new();
+            let order = carried
+                .into_iter()
+                .map(|(_, id, answer)| (id, answer))
+                .chain(own.into_values().flatten())
+                .filter(|(id, _)| seen.insert(*id));
+            for (step, (id, answer)) in order.enumerate() {
+                record.answers.insert(step as u64, vec![(id, answer)]);
+            }
+        }
+        // An answer the run took is handed over at its place in the order, not as arrived.
+        for list in record.answers.values() {
+            for (id, _) in list {
+                record.arrived.remove(id);
             }
         }
         Ok(record)
@@ -557,6 +825,9 @@ pub(crate) struct Replay {
     by_taken: bool,
     /// The first divergence.
     pub divergence: Option<Divergence>,
+    /// Answers a killed run was handed but never took (`resume`): once live, an effect the
+    /// run issues again with the same request gets its answer from here, not from the world.
+    arrived: BTreeMap<EffectId, Answer>,
 }
 
 /// What to do with an issued effect.
@@ -566,6 +837,8 @@ pub(crate) enum Check {
     FromRecord,
     /// Perform it for real (a live replay).
     Live,
+    /// Answer it now with this answer, which a killed run had already been given (`resume`).
+    Arrived(Answer),
     /// The replay stops here.
     Stop,
 }
@@ -582,7 +855,22 @@ impl Replay {
             then_live,
             by_taken: record.header.version >= TAKEN_ORDER,
             divergence: None,
+            arrived: record.arrived.clone(),
         }
+    }
+
+    /// The answer a killed run had already been given for effect `id`, when this run issued
+    /// it with the recorded request. Never for a store operation: the store is rebuilt by
+    /// performing those again.
+    pub(crate) fn take_arrived(&mut self, id: EffectId, effect: &Effect) -> Option<Answer> {
+        if matches!(effect, Effect::Store(_)) || !self.arrived.contains_key(&id) {
+            return None;
+        }
+        let new = serde_json::to_value(effect).unwrap_or(Json::Null);
+        if self.requests.get(&id) != Some(&new) {
+            return None;
+        }
+        self.arrived.remove(&id)
     }
 
     /// The count this record's answers are keyed by: the answers the run has taken
@@ -600,7 +888,10 @@ impl Replay {
         site: Option<&promptforge_engine::EffectSite>,
     ) -> Check {
         if self.live {
-            return Check::Live;
+            return match self.take_arrived(id, effect) {
+                Some(answer) => Check::Arrived(answer),
+                None => Check::Live,
+            };
         }
         let new = serde_json::to_value(effect).unwrap_or(Json::Null);
         let recorded = self.requests.get(&id);
@@ -834,6 +1125,10 @@ impl Witness for Recorder {
         self.cached.insert(id);
     }
 
+    fn durable(&mut self) -> Option<Arc<std::fs::File>> {
+        self.durable_now()
+    }
+
     fn cancelled(&mut self) {
         self.record_cancel();
     }
@@ -851,5 +1146,116 @@ impl Witness for Replay {
         for id in withdrawn {
             self.withdrawn(*id);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+
+    use super::*;
+    use promptforge_engine::HostState;
+
+    fn header() -> Header {
+        Header {
+            record: "promptforge-run".to_owned(),
+            version: RECORD_VERSION,
+            tool: "promptforge test".to_owned(),
+            prompt: PromptId {
+                path: PathBuf::from("p.md"),
+                sha256: String::new(),
+            },
+            seed: 7,
+            when: String::new(),
+            start_ms: 0,
+            args: None,
+            host: HostState::default(),
+            concurrency: 8,
+            snapshot: None,
+        }
+    }
+
+    fn invocation() -> Invocation {
+        Invocation {
+            argv: vec!["promptforge".into(), "run".into(), "p.md".into()],
+            cwd: PathBuf::from("/"),
+            prompt: "# P".to_owned(),
+        }
+    }
+
+    fn timer() -> Effect {
+        Effect::Timer {
+            duration: std::time::Duration::from_millis(1),
+        }
+    }
+
+    fn value(text: &str) -> Answer {
+        Answer::Value(Json::String(text.to_owned()))
+    }
+
+    fn issue(recorder: &mut Recorder, ids: &[EffectId], taken: &[EffectId]) {
+        let issued: Vec<(EffectId, Effect)> = ids.iter().map(|id| (*id, timer())).collect();
+        let commits = Commits {
+            taken: taken.to_vec(),
+            ..Commits::default()
+        };
+        recorder.record_step(&issued, &commits, &[], &|_| None);
+    }
+
+    #[test]
+    fn a_journal_keeps_answers_as_they_arrive_and_a_resume_carries_them_in_order() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("journal").join("h-1.jsonl");
+        let mut recorder = Recorder::journal(&path, &header(), &invocation()).unwrap();
+        // Effects 0, 1 and 2 go out; 1 is answered and taken, 2 is answered but not taken
+        // when the process dies (no outcome, nothing flushed after the last sync).
+        issue(&mut recorder, &[0, 1, 2], &[]);
+        recorder.record_answer(1, &value("one"));
+        assert!(recorder.durable_now().is_some(), "a new answer is synced");
+        assert!(recorder.durable_now().is_none(), "and only once");
+        issue(&mut recorder, &[], &[1]);
+        recorder.record_answer(2, &value("two"));
+        recorder.durable_now();
+        drop(recorder);
+
+        let old = Record::load(&path).unwrap();
+        assert_eq!(old.invocation, Some(invocation()));
+        assert_eq!(old.answers.len(), 1);
+        assert_eq!(old.answers[&0], vec![(1, value("one"))]);
+        assert_eq!(old.arrived.keys().copied().collect::<Vec<_>>(), [2]);
+        assert!(old.outcome.is_none());
+
+        // The resumed run's journal starts with both, then goes on: it takes 1 again, then 2,
+        // then 0, whose answer only it got; killed again, what it kept merges in that order.
+        let mut resumed = Recorder::resumed(&path, &old, &invocation()).unwrap();
+        issue(&mut resumed, &[0, 1, 2], &[]);
+        resumed.record_answer(1, &value("one"));
+        resumed.record_answer(2, &value("two"));
+        resumed.record_answer(0, &value("zero"));
+        issue(&mut resumed, &[], &[1, 2, 0]);
+        resumed.durable_now();
+        drop(resumed);
+        assert!(!PathBuf::from(format!("{}.next", path.display())).exists());
+        let again = Record::load(&path).unwrap();
+        let order: Vec<(u64, EffectId)> = again
+            .answers
+            .iter()
+            .flat_map(|(step, list)| list.iter().map(move |(id, _)| (*step, *id)))
+            .collect();
+        assert_eq!(order, [(0, 1), (1, 2), (2, 0)]);
+        assert!(again.arrived.is_empty());
+        assert_eq!(again.requests.len(), 3);
+    }
+
+    #[test]
+    fn a_journal_in_use_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("run.jsonl");
+        let _running = Recorder::journal(&path, &header(), &invocation()).unwrap();
+        let file = std::fs::File::open(&path).unwrap();
+        assert!(matches!(
+            file.try_lock(),
+            Err(std::fs::TryLockError::WouldBlock)
+        ));
     }
 }

@@ -359,11 +359,14 @@ pub(crate) fn header_for(
 /// and added to the run history when it is on. A failure to keep it in the history or export
 /// it is a warning; a record file the user asked for (`--record`) that could not be written
 /// is returned, for the command to fail on.
+/// A run that went into the history as it started is `started` (its row is completed, and its
+/// journal removed once the run is kept).
 pub(crate) fn keep_record(
     recorder: crate::record::Recorder,
     outcome: &Outcome,
     wall_ms: u64,
     history: Option<&std::path::Path>,
+    started: Option<i64>,
     otel: Option<&str>,
     info: &crate::otel::RunInfo,
 ) -> Option<String> {
@@ -374,7 +377,8 @@ pub(crate) fn keep_record(
         Err(e) => Err(e),
     };
     let kept = finished.and_then(|written| {
-        let path = written.path();
+        let path = written.path().to_path_buf();
+        let path = path.as_path();
         let open = || {
             std::fs::File::open(path)
                 .map(std::io::BufReader::new)
@@ -389,9 +393,19 @@ pub(crate) fn keep_record(
             }
         }
         match history {
-            Some(db) => crate::history::History::open(db)?
-                .add(open()?, wall_ms, info.price.as_ref())
-                .map(|_| ()),
+            Some(db) => {
+                crate::history::History::open(db)?.add(
+                    open()?,
+                    wall_ms,
+                    info.price.as_ref(),
+                    started,
+                )?;
+                // Kept: the journal has done its work.
+                if let crate::record::Written::Journal(path) = &written {
+                    let _ = std::fs::remove_file(path);
+                }
+                Ok(())
+            }
             None => Ok(()),
         }
     });

@@ -761,6 +761,7 @@ fn run_entry(
             &outcome,
             wall_ms,
             shared.history.as_deref(),
+            None,
             crate::otel::endpoint().as_deref(),
             &info,
         );

@@ -7,6 +7,8 @@
 //! tell what to do. On a terminal a live progress display and a summary line go to stderr.
 //! Exit status: 0 completed, 1 failed, 130 cancelled, 2 usage error before any run.
 
+pub(crate) mod resume;
+
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -68,7 +70,7 @@ pub struct RunArgs {
     /// The run's store is this directory on disk (default: a fresh directory under the
     /// system temp folder, removed after the run unless it failed or --keep-store is given).
     #[arg(long, value_name = "DIR")]
-    store: Option<PathBuf>,
+    pub(crate) store: Option<PathBuf>,
     /// Keep the fresh store directory after the run and print its path.
     #[arg(long, conflicts_with = "store")]
     keep_store: bool,
@@ -97,7 +99,10 @@ pub struct RunArgs {
     /// Run again whenever the prompt or a file it reads changes (with the response cache on,
     /// so only changed rounds reach the model); Ctrl-C ends it.
     #[arg(long, conflicts_with_all = ["json", "events", "record"])]
-    watch: bool,
+    pub(crate) watch: bool,
+    /// Set by `promptforge resume`: the killed run this run continues.
+    #[arg(skip)]
+    pub(crate) resume: Option<resume::Resume>,
 }
 
 impl RunArgs {
@@ -136,6 +141,15 @@ fn argument_string(args: &RunArgs, prompt: &Prompt) -> Result<Option<String>, St
 
 /// Build the run's context from the flags (usage errors before any run).
 fn context(args: &RunArgs, cancel: Arc<AtomicBool>) -> Result<RunContext, String> {
+    // A resumed run is the killed one again: its seed, start instant and snapshot.
+    if let Some(resume) = &args.resume {
+        let header = &resume.record.header;
+        let mut ctx = RunContext::new(header.seed, header.start_ms);
+        ctx.snapshot = header.snapshot.clone();
+        ctx.cancel = cancel;
+        ctx.concurrency = header.concurrency;
+        return Ok(ctx);
+    }
     let start_ms = start_instant(args.when.as_deref())?;
     let mut ctx = RunContext::new(args.seed.unwrap_or_else(os_seed), start_ms);
     ctx.snapshot = args.snapshot.as_deref().map(read_snapshot).transpose()?;
@@ -194,9 +208,10 @@ fn execute(
         prompt: None,
     };
     let parsed = Prompt::parse(text);
-    ctx.args = match &parsed {
-        Ok(prompt) => argument_string(args, prompt)?,
-        Err(_) => args.run_args.clone().filter(|a| a != "-"),
+    ctx.args = match (&parsed, &args.resume) {
+        (_, Some(resume)) => resume.record.header.args.clone(),
+        (Ok(prompt), None) => argument_string(args, prompt)?,
+        (Err(_), None) => args.run_args.clone().filter(|a| a != "-"),
     };
     let prompt = match parsed {
         Ok(prompt) => prompt,
@@ -295,13 +310,28 @@ fn execute(
         .extend(host.activate_mcp(&prompt.frontmatter));
     let history = (!args.no_history).then(crate::history::location).flatten();
     let otel = crate::otel::endpoint();
-    if let Some(path) = &args.record {
+    let started_row;
+    if let Some(resume) = &args.resume {
+        // The killed run's answers first (in the order it took them), then live; its journal
+        // goes on in a new file that starts with them.
+        host = host
+            .recorder(crate::record::Recorder::resumed(
+                &resume.journal,
+                &resume.record,
+                &resume.invocation,
+            )?)
+            .replay(crate::record::Replay::new(&resume.record, true));
+        started_row = Some(resume.id);
+    } else {
         let header = record_header(args, text, &ctx);
-        host = host.recorder(crate::record::Recorder::create(path, &header)?);
-    } else if history.is_some() || otel.is_some() {
-        let header = record_header(args, text, &ctx);
-        host = host.recorder(crate::record::Recorder::temporary(&header)?);
+        let (recorder, row) =
+            start_record(args, text, &header, history.as_deref(), otel.is_some())?;
+        if let Some(recorder) = recorder {
+            host = host.recorder(recorder);
+        }
+        started_row = row;
     }
+    crate::history::started(history.as_deref(), started_row);
     let info = crate::otel::RunInfo {
         name: prompt.frontmatter.name.clone(),
         provider: model
@@ -318,11 +348,18 @@ fn execute(
     let outcome = host.drive(&mut run, &mut |event| show_event(event, events, json));
     // Kept once the outcome is reported: the history write and an OpenTelemetry export are
     // never on the way to the result.
+    if let Some(divergence) = host.divergence().filter(|d| d.recorded.is_some()) {
+        crate::ui::print_line(&format!(
+            "note: the resumed run asked differently from the killed one; it went on live from there\n{}",
+            divergence.report(args.prompt_path(), args.prompt_path())
+        ));
+    }
     let record = host.take_recorder().map(|recorder| PendingRecord {
         recorder,
         outcome: outcome.clone(),
         wall_ms: u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
         history,
+        started: started_row,
         otel,
         info,
     });
@@ -387,6 +424,8 @@ struct PendingRecord {
     outcome: Outcome,
     wall_ms: u64,
     history: Option<std::path::PathBuf>,
+    /// The run's row in the history, made when it started.
+    started: Option<i64>,
     otel: Option<String>,
     info: crate::otel::RunInfo,
 }
@@ -398,10 +437,60 @@ impl PendingRecord {
             &self.outcome,
             self.wall_ms,
             self.history.as_deref(),
+            self.started,
             self.otel.as_deref(),
             &self.info,
         )
     }
+}
+
+/// The run's record as it starts. With the history on, the run goes into it at once and the
+/// record is its journal (the `--record` file when there is one, else a file beside the
+/// history), so a killed run can be resumed; with the history off, a `--record` file, or a
+/// temporary record for an OpenTelemetry export. A history that cannot take the run is a
+/// warning: the run goes on without a journal. Returns the recorder and the run's row.
+fn start_record(
+    args: &RunArgs,
+    text: &str,
+    header: &crate::record::Header,
+    history: Option<&std::path::Path>,
+    otel: bool,
+) -> Result<(Option<crate::record::Recorder>, Option<i64>), String> {
+    use crate::record::{Invocation, Recorder};
+    let invocation = || Invocation {
+        argv: std::env::args_os()
+            .map(|a| a.to_string_lossy().into_owned())
+            .collect(),
+        cwd: std::env::current_dir().unwrap_or_default(),
+        prompt: text.to_owned(),
+    };
+    let record_file = args
+        .record
+        .as_deref()
+        .map(|p| std::path::absolute(p).unwrap_or_else(|_| p.to_path_buf()));
+    if let Some(db) = history {
+        let begun = crate::history::History::open(db)
+            .and_then(|mut h| h.begin(header, record_file.as_deref()))
+            .and_then(|(id, journal)| {
+                let recorder = match &record_file {
+                    Some(path) => Recorder::create(path, header)?.journaled(&invocation())?,
+                    None => Recorder::journal(&journal, header, &invocation())?,
+                };
+                Ok((recorder, id))
+            });
+        match begun {
+            Ok((recorder, id)) => return Ok((Some(recorder), Some(id))),
+            Err(e) => crate::ui::print_line(&format!(
+                "warning: {e} (the run goes on, and cannot be resumed if it is killed)"
+            )),
+        }
+    }
+    let recorder = match &args.record {
+        Some(path) => Some(Recorder::create(path, header)?),
+        None if history.is_some() || otel => Some(Recorder::temporary(header)?),
+        None => None,
+    };
+    Ok((recorder, None))
 }
 
 /// What a person is told to do about a failure, when the Host can tell.
@@ -561,6 +650,8 @@ fn cancel_watchdog(finished: &AtomicBool, json: bool) {
         return;
     }
     crate::ui::clear_screen();
+    // The run ends here, cancelled: its history row says so (its record is lost).
+    crate::history::abandon_started();
     if json {
         outln!(r#"{{"outcome":"cancelled"}}"#);
     } else {
@@ -599,13 +690,21 @@ pub fn run(args: &RunArgs, ui: Ui) -> ExitCode {
         }
         return watch(args, ui);
     }
-    if args.prompt_path() == std::path::Path::new("-") && args.run_args.as_deref() == Some("-") {
+    if args.resume.is_none()
+        && args.prompt_path() == std::path::Path::new("-")
+        && args.run_args.as_deref() == Some("-")
+    {
         errln!(
             "error: --args -: stdin already carries the prompt (`run -`); pass the arguments with --args STRING or --arg"
         );
         return ExitCode::from(2);
     }
-    let text = match read_prompt(args.prompt_path()) {
+    // A resumed run runs the text the killed one ran.
+    let read = match &args.resume {
+        Some(resume) => Ok(resume.invocation.prompt.clone()),
+        None => read_prompt(args.prompt_path()),
+    };
+    let text = match read {
         Ok(text) => text,
         Err(message) => {
             errln!("error: {message}");
