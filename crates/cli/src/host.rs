@@ -43,14 +43,16 @@ pub struct CurrentModel {
     pub provider: Arc<dyn ModelProvider>,
 }
 
-/// The operator behind `input.ask()`: answers given on the command line, a terminal, or
-/// nobody (no input broker).
+/// The operator behind `input.ask()`: answers given on the command line, a terminal, a
+/// person reached through a client (an MCP client's elicitation), or nobody (no input broker).
 #[derive(Debug)]
 pub enum Operator {
     /// `--input TEXT` answers, in order.
     Scripted(VecDeque<String>),
     /// A person at the terminal on stdin.
     Terminal,
+    /// A person behind a client, asked one question per call.
+    Remote(RemoteOperator),
     /// No input broker.
     Nobody,
 }
@@ -59,6 +61,30 @@ impl Operator {
     /// Whether the Host has an input broker.
     pub fn connected(&self) -> bool {
         !matches!(self, Operator::Nobody)
+    }
+
+    /// Whether a person answers, whenever they answer (not answers given up front).
+    pub fn is_person(&self) -> bool {
+        matches!(self, Operator::Terminal | Operator::Remote(_))
+    }
+}
+
+/// What a remote operator is asked: `input.ask()` takes no question (chapter 05), so the Host
+/// says which section asks; the future ends with the person's text, byte for byte, or the
+/// reason there is none (a tool call failure for the run).
+pub type RemoteAsk = Arc<
+    dyn Fn(Option<String>) -> std::pin::Pin<Box<dyn Future<Output = Result<String, String>> + Send>>
+        + Send
+        + Sync,
+>;
+
+/// A person reached through a client.
+#[derive(Clone)]
+pub struct RemoteOperator(pub RemoteAsk);
+
+impl std::fmt::Debug for RemoteOperator {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("RemoteOperator")
     }
 }
 
@@ -799,10 +825,10 @@ impl Host {
                         .abort_handle(),
                 )
             }
-            Effect::Ask => self.ask(id, AskShape::Ask),
+            Effect::Ask => self.ask(id, AskShape::Ask, task),
             Effect::Tool { alias, path, args } => {
                 if path == ASK_TOOL_PATH {
-                    self.ask(id, AskShape::Tool)
+                    self.ask(id, AskShape::Tool, task)
                 } else if let Some(web) = self.web.clone().filter(|_| WebPlugin::owns(&path)) {
                     self.web_call(id, web, path, args)
                 } else if let Some((mcp, _)) = self.mcp.as_ref().filter(|_| McpPlugins::owns(&path))
@@ -832,8 +858,24 @@ impl Host {
 
     /// An operator question: answered at once from `--input` or by nobody; asked on the
     /// terminal, one question at a time, otherwise.
-    fn ask(&mut self, id: EffectId, shape: AskShape) -> Started {
+    fn ask(&mut self, id: EffectId, shape: AskShape, section: Option<String>) -> Started {
         match &mut self.operator {
+            Operator::Remote(remote) => {
+                let (tx, ask) = (self.tx.clone(), remote.0.clone());
+                // Withdrawing the question (a cancelled task or run) aborts this task, and
+                // dropping the request tells the client to stop asking.
+                Started::Task(
+                    self.runtime
+                        .spawn(async move {
+                            let answer = match ask(section).await {
+                                Ok(text) => operator_answer(shape, text, true),
+                                Err(message) => tool_failure(&message),
+                            };
+                            let _ = tx.send(HostMessage::Answer(id, answer));
+                        })
+                        .abort_handle(),
+                )
+            }
             Operator::Nobody => Started::Now(operator_answer(shape, NO_OPERATOR.into(), false)),
             Operator::Scripted(answers) => Started::Now(match answers.pop_front() {
                 Some(text) => operator_answer(shape, text, true),
@@ -980,10 +1022,17 @@ impl Drop for Host {
 
 /// The task that issued a model round (for the display and the cache key); none for other
 /// effects.
+/// What the Host says of an effect as it starts it: a model round's task (for the display),
+/// an operator question's section (when the run keeps effect sites), else nothing.
 fn round_task(run: &Run, id: EffectId, effect: &Effect) -> Option<String> {
-    matches!(effect, Effect::ModelRound(_))
-        .then(|| run.effect_task(id))
-        .flatten()
+    match effect {
+        Effect::ModelRound(_) => run.effect_task(id),
+        Effect::Ask => run.effect_site(id).map(|site| site.section.clone()),
+        Effect::Tool { path, .. } if path == ASK_TOOL_PATH => {
+            run.effect_site(id).map(|site| site.section.clone())
+        }
+        _ => None,
+    }
 }
 
 /// How a started effect will be answered.

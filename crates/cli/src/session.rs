@@ -282,7 +282,7 @@ fn web_plugin(web_script: Option<&std::path::Path>, config: &Config) -> Result<W
 /// Tell the run which Plugins this Host offers: the input broker (when there is an operator)
 /// and the web Plugin, when the session has one.
 fn offer_plugins(ctx: &mut RunContext, operator: &Operator, web: Option<&WebPlugin>) {
-    ctx.host.live_operator = matches!(operator, Operator::Terminal);
+    ctx.host.live_operator = operator.is_person();
     ctx.host.plugins.push(PluginInfo {
         id: USER_INPUT_PLUGIN.to_owned(),
         tools: vec![ToolInfo::new(

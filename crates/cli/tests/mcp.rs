@@ -200,7 +200,19 @@ fn the_inspector_lists_the_prompts_as_tools_and_a_call_returns_the_result() {
         .iter()
         .map(|t| t["name"].as_str().unwrap())
         .collect();
-    assert_eq!(names, ["ask", "broken", "facts", "greet", "shout", "spin"]);
+    assert_eq!(
+        names,
+        [
+            "ask",
+            "broken",
+            "facts",
+            "greet",
+            "interview",
+            "maybe_ask",
+            "shout",
+            "spin"
+        ]
+    );
     let greet = &listed["result"]["tools"][3];
     assert_eq!(
         greet["description"],
@@ -213,7 +225,7 @@ fn the_inspector_lists_the_prompts_as_tools_and_a_call_returns_the_result() {
     assert_eq!(greet["annotations"]["readOnlyHint"], true);
     // A prompt without declared args takes one string.
     assert_eq!(
-        listed["result"]["tools"][4]["inputSchema"]["properties"]["args"]["type"],
+        listed["result"]["tools"][6]["inputSchema"]["properties"]["args"]["type"],
         "string"
     );
 
@@ -464,6 +476,105 @@ fn the_python_sdk_client_calls_gets_progress_and_cancels_a_run() {
 }
 
 #[test]
+fn input_ask_reaches_the_clients_user_through_elicitation() {
+    let Some(tools) = Tools::find() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let prompts = fixtures().join("prompts");
+    let serve = ["-", bin(), "mcp", "serve", prompts.to_str().unwrap()];
+    // A client that can ask its user: the question goes out while the other task of the run
+    // finishes, and the answer arrives byte for byte.
+    let lines = python_client(
+        &tools,
+        dir.path(),
+        "elicit",
+        &serve,
+        &[("ELICIT", "  Ada  Lovelace\n")],
+    );
+    assert_eq!(
+        lines[0]["text"],
+        "busy first | busy done | said   Ada  Lovelace\n"
+    );
+    assert_eq!(lines[1]["text"], "true|true|  Ada  Lovelace\n");
+    // The question is the Host's own words: which prompt and section ask.
+    assert_eq!(
+        lines[2]["asked"],
+        serde_json::json!([
+            "The prompt `interview` asks for your answer (section `Ask`).",
+            "The prompt `maybe_ask` asks for your answer (section `Main`)."
+        ])
+    );
+    // A user who declines: the ask fails as a tool call, which the prompt catches.
+    let lines = python_client(
+        &tools,
+        dir.path(),
+        "elicit",
+        &serve,
+        &[("ELICIT", "decline")],
+    );
+    assert_eq!(
+        lines[0]["text"],
+        "busy first | busy done | no answer: tool call failure: the user declined to answer"
+    );
+    // A client that cannot ask: an optional Plugin gets the fixed no-operator sentence at
+    // once, a required one refuses the run before it starts.
+    let lines = python_client(&tools, dir.path(), "no-elicit", &serve, &[]);
+    assert_eq!(
+        lines[0]["text"],
+        "false|false|User input is unavailable in this host; continue without it."
+    );
+    assert_eq!(lines[1]["is_error"], true);
+    assert!(
+        lines[1]["text"]
+            .as_str()
+            .unwrap()
+            .contains("run error kind RequirementsUnmet"),
+        "{lines:?}"
+    );
+    // Over HTTP too.
+    let server = HttpServer::start(dir.path(), &[prompts.to_str().unwrap()], &[]);
+    let lines = python_client(
+        &tools,
+        dir.path(),
+        "elicit",
+        &[&server.url],
+        &[("ELICIT", "over http")],
+    );
+    assert_eq!(lines[0]["text"], "busy first | busy done | said over http");
+}
+
+#[test]
+fn a_declared_output_file_comes_back_as_an_embedded_resource() {
+    let Some(tools) = Tools::find() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let prompts = fixtures().join("conformance");
+    let lines = python_client(
+        &tools,
+        dir.path(),
+        "output",
+        &["-", bin(), "mcp", "serve", prompts.to_str().unwrap()],
+        &[],
+    );
+    assert_eq!(
+        lines[0]["content"],
+        serde_json::json!([
+            {"type": "text", "text": "wrote embedded.txt"},
+            {"type": "resource", "resource": {
+                "uri": "promptforge://prompts/test_embedded_resource/output/embedded.txt",
+                "mimeType": "text/plain",
+                "text": "This is an embedded resource content."}}
+        ])
+    );
+    assert_eq!(
+        lines[1]["messages"][1]["resource"]["text"],
+        "Embedded resource content for testing (x://y)."
+    );
+    assert_eq!(
+        lines[1]["messages"][0]["text"],
+        "Please process the embedded resource above."
+    );
+}
+
+#[test]
 fn the_python_sdk_client_cancels_over_http_too() {
     let Some(tools) = Tools::find() else { return };
     let dir = tempfile::tempdir().unwrap();
@@ -522,15 +633,33 @@ fn the_tool_list_follows_the_files() {
     let mut lines = BufReader::new(client.stdout.take().unwrap()).lines();
     let first: Json = serde_json::from_str(&lines.next().unwrap().unwrap()).unwrap();
     assert_eq!(first["tools"], serde_json::json!(["shout"]));
+    // The prompt files are resources too, read as their text, with a template for them.
+    assert_eq!(
+        first["resources"],
+        serde_json::json!([["promptforge://prompts/shout", "text/markdown"]])
+    );
     let shout = std::fs::read_to_string(library.join("shout.md")).unwrap();
+    assert_eq!(first["read"], shout.as_str());
+    assert_eq!(
+        first["templates"],
+        serde_json::json!(["promptforge://prompts/{name}"])
+    );
     std::fs::write(
         library.join("whisper.md"),
         shout.replace("name: shout", "name: whisper"),
     )
     .unwrap();
+    // An edit to a subscribed file is told as an update.
+    let edited = shout.replace("# ", "# Loud: ");
+    std::fs::write(library.join("shout.md"), &edited).unwrap();
     let second: Json = serde_json::from_str(&lines.next().unwrap().unwrap()).unwrap();
     assert_eq!(second["changed"], true);
     assert_eq!(second["tools"], serde_json::json!(["shout", "whisper"]));
+    assert_eq!(
+        second["updated"][0],
+        serde_json::json!("promptforge://prompts/shout")
+    );
+    assert_eq!(second["read"], edited.as_str());
     assert!(client.wait().unwrap().success());
 }
 
@@ -962,6 +1091,8 @@ fn the_official_conformance_suite_against_the_server_and_the_client() {
     let report = text(&out.stdout) + &text(&out.stderr);
     let (passed, failed) = totals(&report);
     println!("conformance server: {passed} passed, {failed} failed");
+    // 20 of the 32 checks; what fails is listed in docs/mcp.md with the reason.
+    assert!(passed >= 20, "{passed} passed, {failed} failed:\n{report}");
     let scenarios = passed_scenarios(&report);
     for expected in [
         "server-initialize",
@@ -969,11 +1100,18 @@ fn the_official_conformance_suite_against_the_server_and_the_client() {
         "completion-complete",
         "tools-list",
         "tools-call-simple-text",
+        "tools-call-embedded-resource",
         "tools-call-error",
+        "tools-call-with-progress",
+        "tools-call-elicitation",
         "server-sse-multiple-streams",
+        "resources-list",
+        "resources-subscribe",
+        "resources-unsubscribe",
         "prompts-list",
         "prompts-get-simple",
         "prompts-get-with-args",
+        "prompts-get-embedded-resource",
         "dns-rebinding-protection",
     ] {
         assert!(

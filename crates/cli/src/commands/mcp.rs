@@ -481,6 +481,8 @@ struct Shared {
     runtime: tokio::runtime::Handle,
     /// The connected clients (stdio, and HTTP sessions), for list-changed notifications.
     peers: Mutex<Vec<Peer<RoleServer>>>,
+    /// Resource subscriptions (`resources/subscribe`): who asked to hear of which URI.
+    subscriptions: Mutex<Vec<(Peer<RoleServer>, String)>>,
     /// Changes for clients that listen (the stateless protocol's subscriptions).
     changes: tokio::sync::broadcast::Sender<()>,
     /// The scan's problems told on stderr already.
@@ -623,9 +625,10 @@ impl PromptServer {
         args: Option<String>,
         ct: tokio_util::sync::CancellationToken,
         progress: Option<tokio::sync::mpsc::UnboundedSender<String>>,
-    ) -> Result<Outcome, String> {
+        operator: Operator,
+    ) -> Result<(Outcome, Option<OutputFile>), String> {
         let Some(turn) = self.0.admission.enter(&ct).await? else {
-            return Ok(Outcome::Cancelled);
+            return Ok((Outcome::Cancelled, None));
         };
         let cancel = Arc::new(AtomicBool::new(false));
         let (tx, rx) = channel();
@@ -634,7 +637,7 @@ impl PromptServer {
         let job = {
             let cancel = cancel.clone();
             tokio::task::spawn_blocking(move || {
-                run_entry(&shared, &entry, args, cancel, (tx, rx), progress)
+                run_entry(&shared, &entry, args, cancel, (tx, rx), progress, operator)
             })
         };
         tokio::pin!(job);
@@ -657,9 +660,12 @@ impl PromptServer {
         entry: Arc<Entry>,
         args: Option<String>,
         cx: &RequestContext<RoleServer>,
-    ) -> Result<Outcome, ErrorData> {
+    ) -> Result<(Outcome, Option<OutputFile>), ErrorData> {
         let (progress, forwarding) = forward_progress(cx);
-        let outcome = self.run(entry, args, cx.ct.clone(), progress).await;
+        let operator = operator_for(&cx.peer, &entry);
+        let outcome = self
+            .run(entry, args, cx.ct.clone(), progress, operator)
+            .await;
         if let Some(forwarding) = forwarding {
             let _ = forwarding.await;
         }
@@ -676,8 +682,112 @@ impl PromptServer {
         for peer in peers {
             let _ = peer.notify_tool_list_changed().await;
             let _ = peer.notify_prompt_list_changed().await;
+            let _ = peer.notify_resource_list_changed().await;
         }
         let _ = self.0.changes.send(());
+    }
+
+    /// Tell the clients subscribed to these prompt files' resources that they changed.
+    async fn updated(&self, names: &[String]) {
+        let told: Vec<(Peer<RoleServer>, String)> = {
+            let mut subscriptions = self
+                .0
+                .subscriptions
+                .lock()
+                .unwrap_or_else(|e| e.into_inner());
+            subscriptions.retain(|(p, _)| !p.is_transport_closed());
+            subscriptions
+                .iter()
+                .filter(|(_, uri)| names.iter().any(|name| *uri == prompt_uri(name)))
+                .cloned()
+                .collect()
+        };
+        for (peer, uri) in told {
+            let _ = peer
+                .notify_resource_updated(rmcp::model::ResourceUpdatedNotificationParam::new(uri))
+                .await;
+        }
+    }
+}
+
+/// The most resource subscriptions the server keeps (across its clients).
+const MAX_SUBSCRIPTIONS: usize = 1024;
+
+/// Whether two handles are the same client connection (rmcp gives a peer no id: the handles
+/// of one connection share the client's `initialize` information, one allocation).
+fn same_peer(a: &Peer<RoleServer>, b: &Peer<RoleServer>) -> bool {
+    match (a.peer_info(), b.peer_info()) {
+        (Some(a), Some(b)) => Arc::ptr_eq(&a, &b),
+        _ => false,
+    }
+}
+
+/// A served prompt file as a resource: `promptforge://prompts/NAME`, NAME its tool name.
+const PROMPT_URI: &str = "promptforge://prompts/";
+
+fn prompt_uri(name: &str) -> String {
+    format!("{PROMPT_URI}{name}")
+}
+
+/// The file a run declared as its `output:`, as the run left it in its store.
+#[derive(Debug, Clone)]
+struct OutputFile {
+    /// Its store path.
+    path: String,
+    bytes: Vec<u8>,
+}
+
+impl OutputFile {
+    /// As an embedded resource: text when it is UTF-8, else base64, with a MIME type by its
+    /// extension. The URI names the prompt and the store path; it is not readable later (the
+    /// run's store is gone), which an embedded resource does not need.
+    fn resource(&self, prompt: &str) -> rmcp::model::ResourceContents {
+        use base64::Engine as _;
+        use rmcp::model::ResourceContents;
+        let uri = format!("{}/output/{}", prompt_uri(prompt), self.path);
+        match std::str::from_utf8(&self.bytes) {
+            Ok(text) => {
+                ResourceContents::text(text, uri).with_mime_type(text_mime_type(&self.path))
+            }
+            Err(_) => ResourceContents::blob(
+                base64::engine::general_purpose::STANDARD.encode(&self.bytes),
+                uri,
+            )
+            .with_mime_type(binary_mime_type(&self.path)),
+        }
+    }
+}
+
+/// The extension's part of a store path, lowercased.
+fn extension(path: &str) -> String {
+    path.rsplit_once('.')
+        .map(|(_, ext)| ext.to_ascii_lowercase())
+        .unwrap_or_default()
+}
+
+/// A text file's MIME type by its extension (a handful: what prompts write).
+fn text_mime_type(path: &str) -> &'static str {
+    match extension(path).as_str() {
+        "md" | "markdown" => "text/markdown",
+        "json" => "application/json",
+        "jsonl" | "ndjson" => "application/jsonl",
+        "csv" => "text/csv",
+        "html" | "htm" => "text/html",
+        "xml" => "application/xml",
+        "yaml" | "yml" => "application/yaml",
+        _ => "text/plain",
+    }
+}
+
+/// A binary file's MIME type by its extension.
+fn binary_mime_type(path: &str) -> &'static str {
+    match extension(path).as_str() {
+        "png" => "image/png",
+        "jpg" | "jpeg" => "image/jpeg",
+        "gif" => "image/gif",
+        "pdf" => "application/pdf",
+        "zip" => "application/zip",
+        _ => "application/octet-stream",
     }
 }
 
@@ -692,15 +802,17 @@ fn run_entry(
         tokio::sync::mpsc::UnboundedReceiver<crate::host::HostMessage>,
     ),
     progress: Option<tokio::sync::mpsc::UnboundedSender<String>>,
-) -> Outcome {
+    operator: Operator,
+) -> (Outcome, Option<OutputFile>) {
     let start_ms = chrono::Utc::now().timestamp_millis();
     let seed = shared.seed.unwrap_or_else(crate::session::os_seed);
     let mut ctx = RunContext::new(seed, start_ms);
     ctx.args = args.clone();
     ctx.cancel = cancel.clone();
     ctx.execution = entry.prompt.frontmatter.name.clone();
+    // A question to the client's user names the section that asks.
+    ctx.effect_sites = matches!(operator, Operator::Remote(_));
 
-    let operator = Operator::Nobody;
     shared.session.offer(&mut ctx, &operator);
     let host = shared
         .session
@@ -711,10 +823,11 @@ fn run_entry(
             .shared_runtime(shared.runtime.clone())
             .mcp(shared.mcp.clone()),
         Err(message) => {
-            return Outcome::Failed(promptforge_engine::RunError::new(
+            let failed = Outcome::Failed(promptforge_engine::RunError::new(
                 promptforge_engine::protocol::RunErrorKind::Internal,
                 message,
             ));
+            return (failed, None);
         }
     };
     if let Some(progress) = progress {
@@ -754,6 +867,19 @@ fn run_entry(
     let started = std::time::Instant::now();
     let mut run = Run::new(entry.prompt.clone(), ctx);
     let outcome = host.drive(&mut run, &mut |_| {});
+    // A completed run's declared output file goes back with its result.
+    let output = match (&outcome, &entry.prompt.frontmatter.output) {
+        (Outcome::Completed(_), Some(decl)) => {
+            host.store()
+                .read_bytes(&decl.path)
+                .ok()
+                .map(|bytes| OutputFile {
+                    path: decl.path.clone(),
+                    bytes,
+                })
+        }
+        _ => None,
+    };
     if let Some(recorder) = host.take_recorder() {
         let wall_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
         let _ = crate::session::keep_record(
@@ -766,15 +892,94 @@ fn run_entry(
             &info,
         );
     }
-    outcome
+    (outcome, output)
+}
+
+/// Who answers a run's `input.ask()`: the person behind the client, through `elicitation/create`,
+/// when the client declared it can ask its user (form mode); else nobody. Decided once per
+/// call, before the run starts, so `input.connected()` is fixed for the run (chapter 05): a
+/// prompt that requires the Plugin is refused when the client cannot ask, and one that takes it
+/// optionally gets the fixed no-operator sentence for each ask.
+fn operator_for(peer: &Peer<RoleServer>, entry: &Entry) -> Operator {
+    use rmcp::service::ElicitationMode;
+    if !peer
+        .supported_elicitation_modes()
+        .contains(&ElicitationMode::Form)
+    {
+        return Operator::Nobody;
+    }
+    let (peer, name) = (peer.clone(), entry.tool.name.to_string());
+    Operator::Remote(crate::host::RemoteOperator(Arc::new(move |section| {
+        let (peer, name) = (peer.clone(), name.clone());
+        Box::pin(async move { elicit(&peer, &name, section).await })
+    })))
+}
+
+/// Ask the client's user for `input.ask()`'s answer: one required string, `answer`. The ask
+/// carries no question of its own (chapter 05), so the message is the Host's: which prompt and
+/// section ask. Declining and cancelling are both the operator not answering: the ask fails as
+/// a tool call (`tool call failure: ...`), which the prompt can catch with `pcall`; the run
+/// goes on (the client cancels the run by cancelling the tool call itself).
+async fn elicit(
+    peer: &Peer<RoleServer>,
+    name: &str,
+    section: Option<String>,
+) -> Result<String, String> {
+    use rmcp::model::{ElicitRequestParams, ElicitationAction, ElicitationSchema};
+    let message = match section {
+        Some(section) => {
+            format!("The prompt `{name}` asks for your answer (section `{section}`).")
+        }
+        None => format!("The prompt `{name}` asks for your answer."),
+    };
+    let schema = ElicitationSchema::builder()
+        .required_string("answer")
+        .build()
+        .map_err(|e| format!("cannot ask the client's user: {e}"))?;
+    let params = ElicitRequestParams::FormElicitationParams {
+        meta: None,
+        message,
+        requested_schema: schema,
+    };
+    let result = peer
+        .create_elicitation(params)
+        .await
+        .map_err(|e| format!("the client could not ask its user: {e}"))?;
+    match result.action {
+        ElicitationAction::Accept => Ok(elicited_text(result.content)),
+        ElicitationAction::Decline => Err("the user declined to answer".to_owned()),
+        // Cancel, and any action a later protocol adds: no answer came.
+        _ => Err("the user cancelled the question".to_owned()),
+    }
+}
+
+/// The answer in an accepted elicitation's content: the `answer` string asked for; a client
+/// that filled a form of its own gets its one string value, or its whole content as JSON text.
+fn elicited_text(content: Option<Json>) -> String {
+    let Some(content) = content else {
+        return String::new();
+    };
+    if let Some(answer) = content.get("answer").and_then(Json::as_str) {
+        return answer.to_owned();
+    }
+    if let Some(map) = content.as_object() {
+        let strings: Vec<&str> = map.values().filter_map(Json::as_str).collect();
+        if map.len() == 1 && strings.len() == 1 {
+            return strings[0].to_owned();
+        }
+    }
+    content.to_string()
 }
 
 /// A run's outcome as a tool result: the result text (and the object, when it is a JSON
 /// object), or a tool error naming the run error kind.
-fn tool_result(outcome: &Outcome) -> CallToolResult {
+fn tool_result(outcome: &Outcome, output: Option<(&str, &OutputFile)>) -> CallToolResult {
     match outcome {
         Outcome::Completed(result) => {
-            let mut called = CallToolResult::success(vec![ContentBlock::text(result.clone())]);
+            let mut content = vec![ContentBlock::text(result.clone())];
+            // The declared output file, as an embedded resource beside the result text.
+            content.extend(output.map(|(name, file)| ContentBlock::resource(file.resource(name))));
+            let mut called = CallToolResult::success(content);
             if let Ok(value @ Json::Object(_)) = serde_json::from_str::<Json>(result) {
                 called.structured_content = Some(value);
             }
@@ -827,6 +1032,9 @@ impl ServerHandler for PromptServer {
                 .enable_prompts()
                 .enable_prompts_list_changed()
                 .enable_completions()
+                .enable_resources()
+                .enable_resources_subscribe()
+                .enable_resources_list_changed()
                 .build(),
         )
         .with_server_info(Implementation::new("promptforge", env!("CARGO_PKG_VERSION")))
@@ -871,8 +1079,9 @@ impl ServerHandler for PromptServer {
                 return Ok(CallToolResult::error(vec![ContentBlock::text(message)]).into());
             }
         };
-        let outcome = self.call(entry, args, &cx).await?;
-        Ok(tool_result(&outcome).into())
+        let name = entry.tool.name.to_string();
+        let (outcome, output) = self.call(entry, args, &cx).await?;
+        Ok(tool_result(&outcome, output.as_ref().map(|o| (name.as_str(), o))).into())
     }
 
     async fn list_prompts(
@@ -911,14 +1120,19 @@ impl ServerHandler for PromptServer {
             ErrorData::invalid_params(message, None)
         })?;
         let description = entry.prompt.frontmatter.description.clone();
-        let outcome = self.call(entry, args, &cx).await?;
+        let name = entry.tool.name.to_string();
+        let (outcome, output) = self.call(entry, args, &cx).await?;
         match &outcome {
-            Outcome::Completed(result) => Ok(GetPromptResult::new(vec![PromptMessage::new_text(
-                Role::User,
-                result.clone(),
-            )])
-            .with_description(description)
-            .into()),
+            Outcome::Completed(result) => {
+                let mut messages = vec![PromptMessage::new_text(Role::User, result.clone())];
+                // The declared output file follows as an embedded resource.
+                messages.extend(output.map(|file| {
+                    PromptMessage::new(Role::User, ContentBlock::resource(file.resource(&name)))
+                }));
+                Ok(GetPromptResult::new(messages)
+                    .with_description(description)
+                    .into())
+            }
             Outcome::Failed(err) => Err(ErrorData::internal_error(
                 format!(
                     "the run failed with run error kind {}: {}",
@@ -956,6 +1170,113 @@ impl ServerHandler for PromptServer {
             .unwrap_or_default())
     }
 
+    /// Every served prompt file, as a text resource.
+    async fn list_resources(
+        &self,
+        _page: Option<PaginatedRequestParams>,
+        _cx: RequestContext<RoleServer>,
+    ) -> Result<rmcp::model::ListResourcesResult, ErrorData> {
+        let library = self.0.library.read().unwrap_or_else(|e| e.into_inner());
+        Ok(rmcp::model::ListResourcesResult::with_all_items(
+            library
+                .entries
+                .iter()
+                .map(|(name, entry)| {
+                    rmcp::model::Resource::new(prompt_uri(name), name.clone())
+                        .with_title(format!("{} (prompt file)", entry.prompt.title))
+                        .with_description(entry.prompt.frontmatter.description.clone())
+                        .with_mime_type("text/markdown")
+                        .with_size(entry.text.len() as u64)
+                })
+                .collect(),
+        ))
+    }
+
+    async fn list_resource_templates(
+        &self,
+        _page: Option<PaginatedRequestParams>,
+        _cx: RequestContext<RoleServer>,
+    ) -> Result<rmcp::model::ListResourceTemplatesResult, ErrorData> {
+        Ok(rmcp::model::ListResourceTemplatesResult::with_all_items(
+            vec![
+                rmcp::model::ResourceTemplate::new(format!("{PROMPT_URI}{{name}}"), "prompt-file")
+                    .with_title("A served prompt file")
+                    .with_description(
+                        "The Markdown source of the prompt file served as the tool and prompt NAME",
+                    )
+                    .with_mime_type("text/markdown"),
+            ],
+        ))
+    }
+
+    async fn read_resource(
+        &self,
+        request: rmcp::model::ReadResourceRequestParams,
+        _cx: RequestContext<RoleServer>,
+    ) -> Result<rmcp::model::ReadResourceResponse, ErrorData> {
+        let entry = request
+            .uri
+            .strip_prefix(PROMPT_URI)
+            .and_then(|name| self.entry(name));
+        let Some(entry) = entry else {
+            return Err(ErrorData::resource_not_found(
+                format!(
+                    "no resource {}: this server's resources are its prompt files, {PROMPT_URI}NAME",
+                    request.uri
+                ),
+                None,
+            ));
+        };
+        Ok(rmcp::model::ReadResourceResult::new(vec![
+            rmcp::model::ResourceContents::text(entry.text.clone(), request.uri)
+                .with_mime_type("text/markdown"),
+        ])
+        .into())
+    }
+
+    /// Hear of changes to a resource: a prompt file's edits are told as
+    /// `notifications/resources/updated` (a URI that names no file yet is kept, and told
+    /// when such a file appears).
+    #[allow(deprecated)]
+    async fn subscribe(
+        &self,
+        request: rmcp::model::SubscribeRequestParams,
+        cx: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        let mut subscriptions = self
+            .0
+            .subscriptions
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        subscriptions.retain(|(p, _)| !p.is_transport_closed());
+        if subscriptions.len() >= MAX_SUBSCRIPTIONS {
+            return Err(ErrorData::invalid_request(
+                format!(
+                    "too many resource subscriptions on this server (at most {MAX_SUBSCRIPTIONS})"
+                ),
+                None,
+            ));
+        }
+        subscriptions.push((cx.peer.clone(), request.uri));
+        Ok(())
+    }
+
+    #[allow(deprecated)]
+    async fn unsubscribe(
+        &self,
+        request: rmcp::model::UnsubscribeRequestParams,
+        cx: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        let mut subscriptions = self
+            .0
+            .subscriptions
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        // The peer handles of one connection share its sink: compare by that.
+        subscriptions.retain(|(p, uri)| !(*uri == request.uri && same_peer(p, &cx.peer)));
+        Ok(())
+    }
+
     async fn on_initialized(&self, cx: NotificationContext<RoleServer>) {
         self.0
             .peers
@@ -990,7 +1311,7 @@ async fn watch(server: PromptServer) {
         else {
             continue;
         };
-        let changed = {
+        let (changed, updated) = {
             let mut old = server.0.library.write().unwrap_or_else(|e| e.into_inner());
             let same = old.entries.len() == library.entries.len()
                 && old
@@ -1000,11 +1321,27 @@ async fn watch(server: PromptServer) {
                     .all(|(a, b)| {
                         a.0 == b.0 && a.1.tool == b.1.tool && a.1.mcp_prompt == b.1.mcp_prompt
                     });
+            // The files whose text changed, appeared or went: their resources were updated.
+            let updated: Vec<String> = old
+                .entries
+                .keys()
+                .chain(library.entries.keys())
+                .filter(|name| {
+                    old.entries.get(*name).map(|e| &e.text)
+                        != library.entries.get(*name).map(|e| &e.text)
+                })
+                .cloned()
+                .collect::<std::collections::BTreeSet<String>>()
+                .into_iter()
+                .collect();
             *old = library;
-            !same
+            (!same, updated)
         };
         if changed {
             server.announce().await;
+        }
+        if !updated.is_empty() {
+            server.updated(&updated).await;
         }
     }
 }
@@ -1069,6 +1406,7 @@ fn serve(args: &ServeArgs) -> Result<ExitCode, String> {
         history: (!args.no_history).then(crate::history::location).flatten(),
         runtime: rt.handle().clone(),
         peers: Mutex::new(Vec::new()),
+        subscriptions: Mutex::new(Vec::new()),
         changes,
         told,
         admission: CallAdmission::new(args.max_runs, args.max_waiting, args.memory_mb),
@@ -1395,21 +1733,54 @@ mod tests {
 
     #[test]
     fn results_that_are_objects_are_structured() {
-        let done = tool_result(&Outcome::Completed("{\"a\":1}".into()));
+        let done = tool_result(&Outcome::Completed("{\"a\":1}".into()), None);
         assert_eq!(done.structured_content, Some(json!({"a": 1})));
         assert_eq!(done.is_error, Some(false));
-        let plain = tool_result(&Outcome::Completed("[1]".into()));
+        let plain = tool_result(&Outcome::Completed("[1]".into()), None);
         assert_eq!(plain.structured_content, None);
-        let failed = tool_result(&Outcome::Failed(promptforge_engine::RunError::new(
-            promptforge_engine::protocol::RunErrorKind::Tool,
-            "tool call failure: x",
-        )));
+        let failed = tool_result(
+            &Outcome::Failed(promptforge_engine::RunError::new(
+                promptforge_engine::protocol::RunErrorKind::Tool,
+                "tool call failure: x",
+            )),
+            None,
+        );
         assert_eq!(failed.is_error, Some(true));
         let text = failed.content[0].as_text().map(|t| t.text.clone());
         assert_eq!(
             text.as_deref(),
             Some("the run failed with run error kind Tool: tool call failure: x")
         );
+    }
+
+    #[test]
+    fn output_files_embed_as_text_or_base64_with_a_mime_type() {
+        let text = OutputFile {
+            path: "out/report.md".into(),
+            bytes: b"# Report".to_vec(),
+        };
+        let json = serde_json::to_value(text.resource("p")).unwrap_or_default();
+        assert_eq!(
+            json,
+            json!({"uri": "promptforge://prompts/p/output/out/report.md",
+                   "mimeType": "text/markdown", "text": "# Report"})
+        );
+        let png = OutputFile {
+            path: "chart.PNG".into(),
+            bytes: vec![0x89, b'P', b'N', b'G', 0xff],
+        };
+        let json = serde_json::to_value(png.resource("p")).unwrap_or_default();
+        assert_eq!(json["mimeType"], "image/png");
+        assert_eq!(json["blob"], "iVBOR/8=");
+        let done = tool_result(&Outcome::Completed("ok".into()), Some(("p", &png)));
+        assert_eq!(done.content.len(), 2);
+        assert_eq!(elicited_text(Some(json!({"answer": " a\n"}))), " a\n");
+        assert_eq!(elicited_text(Some(json!({"name": "Ada"}))), "Ada");
+        assert_eq!(
+            elicited_text(Some(json!({"a": "x", "b": "y"}))),
+            r#"{"a":"x","b":"y"}"#
+        );
+        assert_eq!(elicited_text(None), "");
     }
 
     #[test]

@@ -52,20 +52,76 @@ async def scenario(name, session, changed):
         say(text=r.content[0].text)
     elif name == "watch":
         tools = await session.list_tools()
-        say(tools=sorted(t.name for t in tools.tools))
+        resources = await session.list_resources()
+        read = await session.read_resource("promptforge://prompts/shout")
+        await session.subscribe_resource("promptforge://prompts/shout")
+        templates = await session.list_resource_templates()
+        say(
+            tools=sorted(t.name for t in tools.tools),
+            resources=[(r.uri, r.mime_type) for r in resources.resources],
+            read=read.contents[0].text,
+            templates=[t.uri_template for t in templates.resource_templates],
+        )
         with anyio.fail_after(20):
             await changed.wait()
+            await updated.wait()
         tools = await session.list_tools()
-        say(changed=True, tools=sorted(t.name for t in tools.tools))
+        read = await session.read_resource("promptforge://prompts/shout")
+        say(changed=True, tools=sorted(t.name for t in tools.tools), updated=UPDATED,
+            read=read.contents[0].text)
+    elif name == "output":
+        r = await session.call_tool("test_embedded_resource", {})
+        say(content=[c.model_dump(mode="json", exclude_none=True, by_alias=True) for c in r.content])
+        p = await session.get_prompt("test_prompt_with_embedded_resource", {"resourceUri": "x://y"})
+        say(messages=[m.content.model_dump(mode="json", exclude_none=True, by_alias=True) for m in p.messages])
+    elif name == "elicit":
+        # ELICIT (set for this scenario) is what the user answers, or `decline`.
+        r = await session.call_tool("interview", {})
+        say(text=r.content[0].text, is_error=bool(r.is_error))
+        r = await session.call_tool("maybe_ask", {})
+        say(text=r.content[0].text)
+        say(asked=ASKED)
+    elif name == "no-elicit":
+        with anyio.fail_after(10):
+            r = await session.call_tool("maybe_ask", {})
+        say(text=r.content[0].text)
+        r = await session.call_tool("interview", {})
+        say(text=r.content[0].text, is_error=bool(r.is_error))
     else:
         raise SystemExit(f"unknown scenario {name}")
 
 
+ASKED = []
+
+
+async def on_elicit(context, params):
+    """The user behind the client: answers ELICIT, or declines."""
+    ASKED.append(params.message)
+    answer = os.environ["ELICIT"]
+    if answer == "decline":
+        return types.ElicitResult(action="decline")
+    return types.ElicitResult(action="accept", content={"answer": answer})
+
+
+def session_options():
+    return {"elicitation_callback": on_elicit} if os.environ.get("ELICIT") else {}
+
+
+UPDATED = []
+updated = None
+
+
 async def main():
+    global updated
     name, target, *command = sys.argv[1:]
     changed = anyio.Event()
+    updated = anyio.Event()
 
     async def on_message(message):
+        root = getattr(message, "root", message)
+        if isinstance(root, types.ResourceUpdatedNotification):
+            UPDATED.append(str(root.params.uri))
+            updated.set()
         if isinstance(message, types.ServerNotification) and isinstance(
             message, types.ToolListChangedNotification
         ):
@@ -79,7 +135,9 @@ async def main():
     if target == "-":
         params = StdioServerParameters(command=command[0], args=command[1:], env=dict(os.environ))
         async with stdio_client(params) as (read, write):
-            async with ClientSession(read, write, message_handler=on_message) as session:
+            async with ClientSession(
+                read, write, message_handler=on_message, **session_options()
+            ) as session:
                 await scenario(name, session, changed)
     else:
         from mcp.client.streamable_http import streamable_http_client
@@ -91,7 +149,9 @@ async def main():
         async with create_mcp_http_client(headers=headers) as http:
             async with streamable_http_client(target, http_client=http) as streams:
                 read, write = streams[0], streams[1]
-                async with ClientSession(read, write, message_handler=on_message) as session:
+                async with ClientSession(
+                    read, write, message_handler=on_message, **session_options()
+                ) as session:
                     await scenario(name, session, changed)
 
 
