@@ -532,6 +532,42 @@ fn input_ask_reaches_the_clients_user_through_elicitation() {
     );
     // Over HTTP too.
     let server = HttpServer::start(dir.path(), &[prompts.to_str().unwrap()], &[]);
+    // MCP 2026-07-28 (no initialize, no server requests): the ask comes back as an
+    // `input_required` result and the answer in the client's next call, with the run kept
+    // on the server meanwhile; a tampered state, one for other arguments, or one answered
+    // already is refused.
+    let lines = python_client(
+        &tools,
+        dir.path(),
+        "modern",
+        &[&server.url],
+        &[("ELICIT", "stateless")],
+    );
+    assert_eq!(lines[0]["protocol"], "2026-07-28", "{lines:?}");
+    assert_eq!(lines[1]["text"], "busy first | busy done | said stateless");
+    assert_eq!(
+        lines[1]["asked"],
+        serde_json::json!(["The prompt `interview` asks for your answer (section `Ask`)."])
+    );
+    assert_eq!(lines[2]["result_type"], "input_required");
+    assert_eq!(lines[2]["keys"], serde_json::json!(["ask-1-0"]));
+    for (line, label) in [(3, "tampered"), (4, "other args")] {
+        assert_eq!(lines[line]["refused"], label);
+        assert!(
+            lines[line]["error"]
+                .as_str()
+                .is_some_and(|e| e.contains("refused requestState")),
+            "{lines:?}"
+        );
+    }
+    assert_eq!(lines[5]["text"], "busy first | busy done | said by hand");
+    assert_eq!(lines[6]["refused"], "replayed");
+    assert!(
+        lines[6]["error"]
+            .as_str()
+            .is_some_and(|e| e.contains("answered already")),
+        "{lines:?}"
+    );
     let lines = python_client(
         &tools,
         dir.path(),

@@ -38,6 +38,8 @@ use serde_json::{Value as Json, json};
 use crate::host::{Notes, Operator, channel};
 use crate::session::{Config, ModelFlags, Session};
 
+mod ask;
+
 #[derive(Debug, Args)]
 pub struct McpArgs {
     #[command(subcommand)]
@@ -481,6 +483,8 @@ struct Shared {
     runtime: tokio::runtime::Handle,
     /// The connected clients (stdio, and HTTP sessions), for list-changed notifications.
     peers: Mutex<Vec<Peer<RoleServer>>>,
+    /// Runs parked between the requests of a 2026-07-28 call that asks its user.
+    asking: ask::Asking,
     /// Resource subscriptions (`resources/subscribe`): who asked to hear of which URI.
     subscriptions: Mutex<Vec<(Peer<RoleServer>, String)>>,
     /// Changes for clients that listen (the stateless protocol's subscriptions).
@@ -662,7 +666,7 @@ impl PromptServer {
         cx: &RequestContext<RoleServer>,
     ) -> Result<(Outcome, Option<OutputFile>), ErrorData> {
         let (progress, forwarding) = forward_progress(cx);
-        let operator = operator_for(&cx.peer, &entry);
+        let operator = operator_for(cx, &entry);
         let outcome = self
             .run(entry, args, cx.ct.clone(), progress, operator)
             .await;
@@ -670,6 +674,55 @@ impl PromptServer {
             let _ = forwarding.await;
         }
         outcome.map_err(|message| ErrorData::internal_error(message, None))
+    }
+
+    /// A tool call on MCP 2026-07-28 from a client that can ask its user: the run's asks
+    /// come back as `input_required` results, and the client's next call with the answers
+    /// (and the sealed `requestState`) goes on with the same run (see `ask.rs`).
+    async fn call_asking(
+        &self,
+        entry: Arc<Entry>,
+        args: Option<String>,
+        request: CallToolRequestParams,
+        arguments: JsonObject,
+        cx: &RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, ErrorData> {
+        let name = entry.tool.name.to_string();
+        let (pending, resumed) = match &request.request_state {
+            Some(state) => {
+                let resumed = self.0.asking.resume(
+                    state,
+                    &name,
+                    &arguments,
+                    request.input_responses.as_ref(),
+                );
+                match resumed {
+                    Ok((pending, handle)) => (pending, Some(handle)),
+                    Err(message) => return Err(ErrorData::invalid_params(message, None)),
+                }
+            }
+            None => {
+                let server = self.clone();
+                let pending = ask::Pending::start(|operator, cancel| {
+                    tokio::spawn(
+                        async move { server.run(entry, args, cancel, None, operator).await },
+                    )
+                });
+                (pending, None)
+            }
+        };
+        let step = self
+            .0
+            .asking
+            .step(pending, resumed, &name, &name, &arguments, &cx.ct)
+            .await;
+        match step {
+            ask::Step::Ended(Ok((outcome, output))) => {
+                Ok(tool_result(&outcome, output.as_ref().map(|o| (name.as_str(), o))).into())
+            }
+            ask::Step::Ended(Err(message)) => Err(ErrorData::internal_error(message, None)),
+            ask::Step::Asks(result) => Ok(result.into()),
+        }
     }
 
     /// Tell every client the lists changed.
@@ -895,80 +948,19 @@ fn run_entry(
     (outcome, output)
 }
 
-/// Who answers a run's `input.ask()`: the person behind the client, through `elicitation/create`,
-/// when the client declared it can ask its user (form mode); else nobody. Decided once per
-/// call, before the run starts, so `input.connected()` is fixed for the run (chapter 05): a
-/// prompt that requires the Plugin is refused when the client cannot ask, and one that takes it
-/// optionally gets the fixed no-operator sentence for each ask.
-fn operator_for(peer: &Peer<RoleServer>, entry: &Entry) -> Operator {
-    use rmcp::service::ElicitationMode;
-    if !peer
-        .supported_elicitation_modes()
-        .contains(&ElicitationMode::Form)
-    {
-        return Operator::Nobody;
+/// Who answers a run's `input.ask()` on a call: the person behind the client, asked with
+/// `elicitation/create`, when the client can ask its user and the connection was made with
+/// `initialize`; else nobody (a 2026-07-28 tool call that can elicit goes through
+/// [`PromptServer::call_asking`] instead). Decided once per call, before the run starts, so
+/// `input.connected()` is fixed for the run (chapter 05): a prompt that requires the Plugin
+/// is refused when the client cannot ask, and one that takes it optionally gets the fixed
+/// no-operator sentence for each ask.
+fn operator_for(cx: &RequestContext<RoleServer>, entry: &Entry) -> Operator {
+    if ask::can_elicit(cx) && !ask::is_modern(cx) {
+        ask::asking_peer(&cx.peer, &entry.tool.name)
+    } else {
+        Operator::Nobody
     }
-    let (peer, name) = (peer.clone(), entry.tool.name.to_string());
-    Operator::Remote(crate::host::RemoteOperator(Arc::new(move |section| {
-        let (peer, name) = (peer.clone(), name.clone());
-        Box::pin(async move { elicit(&peer, &name, section).await })
-    })))
-}
-
-/// Ask the client's user for `input.ask()`'s answer: one required string, `answer`. The ask
-/// carries no question of its own (chapter 05), so the message is the Host's: which prompt and
-/// section ask. Declining and cancelling are both the operator not answering: the ask fails as
-/// a tool call (`tool call failure: ...`), which the prompt can catch with `pcall`; the run
-/// goes on (the client cancels the run by cancelling the tool call itself).
-async fn elicit(
-    peer: &Peer<RoleServer>,
-    name: &str,
-    section: Option<String>,
-) -> Result<String, String> {
-    use rmcp::model::{ElicitRequestParams, ElicitationAction, ElicitationSchema};
-    let message = match section {
-        Some(section) => {
-            format!("The prompt `{name}` asks for your answer (section `{section}`).")
-        }
-        None => format!("The prompt `{name}` asks for your answer."),
-    };
-    let schema = ElicitationSchema::builder()
-        .required_string("answer")
-        .build()
-        .map_err(|e| format!("cannot ask the client's user: {e}"))?;
-    let params = ElicitRequestParams::FormElicitationParams {
-        meta: None,
-        message,
-        requested_schema: schema,
-    };
-    let result = peer
-        .create_elicitation(params)
-        .await
-        .map_err(|e| format!("the client could not ask its user: {e}"))?;
-    match result.action {
-        ElicitationAction::Accept => Ok(elicited_text(result.content)),
-        ElicitationAction::Decline => Err("the user declined to answer".to_owned()),
-        // Cancel, and any action a later protocol adds: no answer came.
-        _ => Err("the user cancelled the question".to_owned()),
-    }
-}
-
-/// The answer in an accepted elicitation's content: the `answer` string asked for; a client
-/// that filled a form of its own gets its one string value, or its whole content as JSON text.
-fn elicited_text(content: Option<Json>) -> String {
-    let Some(content) = content else {
-        return String::new();
-    };
-    if let Some(answer) = content.get("answer").and_then(Json::as_str) {
-        return answer.to_owned();
-    }
-    if let Some(map) = content.as_object() {
-        let strings: Vec<&str> = map.values().filter_map(Json::as_str).collect();
-        if map.len() == 1 && strings.len() == 1 {
-            return strings[0].to_owned();
-        }
-    }
-    content.to_string()
 }
 
 /// A run's outcome as a tool result: the result text (and the object, when it is a JSON
@@ -1069,7 +1061,7 @@ impl ServerHandler for PromptServer {
                 None,
             ));
         };
-        let arguments = request.arguments.unwrap_or_default();
+        let arguments = request.arguments.clone().unwrap_or_default();
         let args = match argument_string(&entry.prompt.frontmatter, &arguments) {
             Ok(args) => args,
             Err(Refusal::Shape(message)) => return Err(ErrorData::invalid_params(message, None)),
@@ -1080,6 +1072,9 @@ impl ServerHandler for PromptServer {
             }
         };
         let name = entry.tool.name.to_string();
+        if ask::is_modern(&cx) && ask::can_elicit(&cx) {
+            return self.call_asking(entry, args, request, arguments, &cx).await;
+        }
         let (outcome, output) = self.call(entry, args, &cx).await?;
         Ok(tool_result(&outcome, output.as_ref().map(|o| (name.as_str(), o))).into())
     }
@@ -1407,6 +1402,7 @@ fn serve(args: &ServeArgs) -> Result<ExitCode, String> {
         runtime: rt.handle().clone(),
         peers: Mutex::new(Vec::new()),
         subscriptions: Mutex::new(Vec::new()),
+        asking: ask::Asking::new()?,
         changes,
         told,
         admission: CallAdmission::new(args.max_runs, args.max_waiting, args.memory_mb),
@@ -1774,13 +1770,6 @@ mod tests {
         assert_eq!(json["blob"], "iVBOR/8=");
         let done = tool_result(&Outcome::Completed("ok".into()), Some(("p", &png)));
         assert_eq!(done.content.len(), 2);
-        assert_eq!(elicited_text(Some(json!({"answer": " a\n"}))), " a\n");
-        assert_eq!(elicited_text(Some(json!({"name": "Ada"}))), "Ada");
-        assert_eq!(
-            elicited_text(Some(json!({"a": "x", "b": "y"}))),
-            r#"{"a":"x","b":"y"}"#
-        );
-        assert_eq!(elicited_text(None), "");
     }
 
     #[test]

@@ -81,6 +81,8 @@ async def scenario(name, session, changed):
         r = await session.call_tool("maybe_ask", {})
         say(text=r.content[0].text)
         say(asked=ASKED)
+    elif name == "modern":
+        raise SystemExit("the modern scenario runs through mcp.Client (see main)")
     elif name == "no-elicit":
         with anyio.fail_after(10):
             r = await session.call_tool("maybe_ask", {})
@@ -111,9 +113,51 @@ UPDATED = []
 updated = None
 
 
+async def modern(target, command):
+    """MCP 2026-07-28 (no initialize): asks come back as input_required results."""
+    from mcp import Client
+    from mcp.shared.exceptions import MCPError
+
+    server = StdioServerParameters(command=command[0], args=command[1:], env=dict(os.environ)) \
+        if target == "-" else target
+    async with Client(server, mode="2026-07-28", elicitation_callback=on_elicit) as client:
+        say(protocol=client.protocol_version)
+        # The SDK drives the rounds: the user's answer reaches the run that asked.
+        r = await client.call_tool("interview", {})
+        say(text=r.content[0].text, asked=ASKED)
+        # By hand: the question, then the answer with the sealed state.
+        session = client.session
+        first = await session.call_tool("interview", {}, allow_input_required=True)
+        keys = sorted((first.input_requests or {}).keys())
+        say(result_type=first.result_type, keys=keys,
+            message=first.input_requests[keys[0]].params.message)
+        answers = {k: types.ElicitResult(action="accept", content={"answer": "by hand"}) for k in keys}
+        state = first.request_state
+        tampered = state[:-1] + ("A" if state[-1] != "A" else "B")
+        for label, bad_state, args in [("tampered", tampered, {}), ("other args", state, {"args": "x"})]:
+            try:
+                await session.call_tool("interview", args, input_responses=answers,
+                                        request_state=bad_state, allow_input_required=True)
+                say(refused=label, error=None)
+            except MCPError as e:
+                say(refused=label, error=str(e))
+        done = await session.call_tool("interview", {}, input_responses=answers,
+                                       request_state=state, allow_input_required=True)
+        say(text=done.content[0].text)
+        try:
+            await session.call_tool("interview", {}, input_responses=answers,
+                                    request_state=state, allow_input_required=True)
+            say(refused="replayed", error=None)
+        except MCPError as e:
+            say(refused="replayed", error=str(e))
+
+
 async def main():
     global updated
     name, target, *command = sys.argv[1:]
+    if name == "modern":
+        await modern(target, command)
+        return
     changed = anyio.Event()
     updated = anyio.Event()
 

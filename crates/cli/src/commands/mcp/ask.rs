@@ -1,0 +1,471 @@
+//! `input.ask()` under `mcp serve`: the person behind the client answers.
+//!
+//! Two protocol eras reach that person differently:
+//!
+//! - On a connection made with `initialize` (MCP 2025-11-25 and before) the server asks the
+//!   client in the middle of the call, with `elicitation/create`, and the run waits for the
+//!   reply ([`elicit`]).
+//! - On MCP 2026-07-28 (no `initialize`; a server never sends a request of its own), the call
+//!   returns an `input_required` result naming the question, and the client calls again with
+//!   the answer (multi round-trip requests, SEP-2322). The run stays alive on the server
+//!   meanwhile, parked under a handle that travels in `requestState`. That value comes back
+//!   from the client, so it is attacker-controlled input: it is sealed with HMAC-SHA256 under a
+//!   key made when the server starts, bound to the tool and the arguments of the call, valid
+//!   for [`PARK_TTL`], and good for one answer (a round number inside must match the parked
+//!   run's). A run whose client never comes back is cancelled when that time is up.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use rmcp::model::{
+    ClientCapabilities, ElicitRequest, ElicitRequestParams, ElicitationAction, ElicitationSchema,
+    InputRequest, InputRequiredResult, InputResponses, JsonObject, RequestStateCodec, SealOptions,
+};
+use rmcp::service::RequestContext;
+use rmcp::{Peer, RoleServer};
+use serde_json::Value as Json;
+use tokio::sync::{mpsc, oneshot};
+use tokio_util::sync::CancellationToken;
+
+use crate::host::{Operator, RemoteOperator};
+
+/// How long a parked run waits for its client to come back with an answer.
+pub(super) const PARK_TTL: Duration = Duration::from_secs(600);
+
+/// The most runs parked at once: past it, a new question ends its call with a tool failure.
+const MAX_PARKED: usize = 256;
+
+/// Whether the client can ask its user (form elicitation), from what this request says it can
+/// do (or, on an `initialize` connection, what it declared then).
+pub(super) fn can_elicit(cx: &RequestContext<RoleServer>) -> bool {
+    cx.client_capabilities()
+        .as_ref()
+        .and_then(|caps: &ClientCapabilities| caps.elicitation.as_ref())
+        .is_some_and(|e| e.form.is_some() || e.url.is_none())
+}
+
+/// Whether this request speaks MCP 2026-07-28 or later (no `initialize`, no server requests).
+pub(super) fn is_modern(cx: &RequestContext<RoleServer>) -> bool {
+    cx.protocol_version().is_some_and(|v| !v.has_initialize())
+}
+
+/// The operator for a call on an `initialize` connection: asks with `elicitation/create`.
+pub(super) fn asking_peer(peer: &Peer<RoleServer>, name: &str) -> Operator {
+    let (peer, name) = (peer.clone(), name.to_owned());
+    Operator::Remote(RemoteOperator(Arc::new(move |section| {
+        let (peer, name) = (peer.clone(), name.clone());
+        Box::pin(async move { elicit(&peer, &name, section).await })
+    })))
+}
+
+/// The Host's message for an ask: which prompt and section ask (the ask has no question of its
+/// own, chapter 05).
+fn message(name: &str, section: Option<&str>) -> String {
+    match section {
+        Some(section) => format!("The prompt `{name}` asks for your answer (section `{section}`)."),
+        None => format!("The prompt `{name}` asks for your answer."),
+    }
+}
+
+/// The form an ask shows: one required string, `answer`.
+fn form(name: &str, section: Option<&str>) -> Result<ElicitRequestParams, String> {
+    let schema = ElicitationSchema::builder()
+        .required_string("answer")
+        .build()
+        .map_err(|e| format!("cannot ask the client's user: {e}"))?;
+    Ok(ElicitRequestParams::FormElicitationParams {
+        meta: None,
+        message: message(name, section),
+        requested_schema: schema,
+    })
+}
+
+/// Ask the client's user with `elicitation/create`. Declining and cancelling are both the
+/// operator not answering: the ask fails as a tool call (`tool call failure: ...`), which the
+/// prompt can catch with `pcall`; the run goes on (the client cancels the run by cancelling
+/// the tool call itself).
+async fn elicit(
+    peer: &Peer<RoleServer>,
+    name: &str,
+    section: Option<String>,
+) -> Result<String, String> {
+    let params = form(name, section.as_deref())?;
+    let result = peer
+        .create_elicitation(params)
+        .await
+        .map_err(|e| format!("the client could not ask its user: {e}"))?;
+    answer_of(result.action, result.content)
+}
+
+/// What an elicitation's reply means for the ask.
+fn answer_of(action: ElicitationAction, content: Option<Json>) -> Result<String, String> {
+    match action {
+        ElicitationAction::Accept => Ok(elicited_text(content)),
+        ElicitationAction::Decline => Err("the user declined to answer".to_owned()),
+        // Cancel, and any action a later protocol adds: no answer came.
+        _ => Err("the user cancelled the question".to_owned()),
+    }
+}
+
+/// The answer in an accepted elicitation's content: the `answer` string asked for; a client
+/// that filled a form of its own gets its one string value, or its whole content as JSON text.
+pub(super) fn elicited_text(content: Option<Json>) -> String {
+    let Some(content) = content else {
+        return String::new();
+    };
+    if let Some(answer) = content.get("answer").and_then(Json::as_str) {
+        return answer.to_owned();
+    }
+    if let Some(map) = content.as_object() {
+        let strings: Vec<&str> = map.values().filter_map(Json::as_str).collect();
+        if map.len() == 1 && strings.len() == 1 {
+            return strings[0].to_owned();
+        }
+    }
+    content.to_string()
+}
+
+/// One question a run asks on a 2026-07-28 call, with where its answer goes.
+struct Question {
+    section: Option<String>,
+    reply: oneshot::Sender<Result<String, String>>,
+}
+
+/// What a call's run hands back when it ends.
+pub(super) type Ended = Result<(promptforge_engine::Outcome, Option<super::OutputFile>), String>;
+
+/// A 2026-07-28 call's run, between the requests of its client.
+pub(super) struct Pending {
+    run: tokio::task::JoinHandle<Ended>,
+    questions: mpsc::UnboundedReceiver<Question>,
+    cancel: CancellationToken,
+}
+
+impl Pending {
+    /// Start a call's run with an operator that asks through `input_required` results:
+    /// `start` gets the operator and the run's cancel token, and returns the run.
+    pub(super) fn start(
+        start: impl FnOnce(Operator, CancellationToken) -> tokio::task::JoinHandle<Ended>,
+    ) -> Pending {
+        let (tx, questions) = mpsc::unbounded_channel::<Question>();
+        let operator = Operator::Remote(RemoteOperator(Arc::new(move |section| {
+            let tx = tx.clone();
+            Box::pin(async move {
+                let (reply, answer) = oneshot::channel();
+                tx.send(Question { section, reply })
+                    .map_err(|_| "the call that asked is gone".to_owned())?;
+                answer
+                    .await
+                    .map_err(|_| "the client never answered".to_owned())?
+            })
+        })));
+        let cancel = CancellationToken::new();
+        let run = start(operator, cancel.clone());
+        Pending {
+            run,
+            questions,
+            cancel,
+        }
+    }
+}
+
+/// A run parked until its client answers.
+struct Parked {
+    pending: Pending,
+    /// Which answer it waits for: the sealed state carries it, and a state for an earlier one
+    /// is a replay.
+    round: u64,
+    /// The questions out, by the key the `input_required` result gave each.
+    asked: Vec<(String, oneshot::Sender<Result<String, String>>)>,
+}
+
+/// What a sealed `requestState` holds.
+#[derive(serde::Serialize, serde::Deserialize)]
+struct Handle {
+    handle: u64,
+    round: u64,
+}
+
+/// How a 2026-07-28 call goes on: it ended, or it asks.
+pub(super) enum Step {
+    Ended(Ended),
+    Asks(InputRequiredResult),
+}
+
+/// The parked runs of a server, and the key their handles are sealed with.
+pub(super) struct Asking {
+    codec: RequestStateCodec,
+    parked: Arc<Mutex<HashMap<u64, Parked>>>,
+    next: AtomicU64,
+}
+
+impl std::fmt::Debug for Asking {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Asking").finish_non_exhaustive()
+    }
+}
+
+/// What a sealed state is bound to: the tool and its arguments, in a canonical form (keys
+/// sorted at every level), hashed.
+fn binding(tool: &str, arguments: &JsonObject) -> Vec<u8> {
+    use sha2::Digest;
+    fn canonical(value: &Json) -> Json {
+        match value {
+            Json::Object(map) => {
+                let sorted: BTreeMap<&String, Json> =
+                    map.iter().map(|(k, v)| (k, canonical(v))).collect();
+                Json::Object(sorted.into_iter().map(|(k, v)| (k.clone(), v)).collect())
+            }
+            Json::Array(items) => Json::Array(items.iter().map(canonical).collect()),
+            other => other.clone(),
+        }
+    }
+    let args = canonical(&Json::Object(arguments.clone())).to_string();
+    let mut hasher = sha2::Sha256::new();
+    hasher.update(b"promptforge/mcp/tools/call\0");
+    hasher.update(tool.as_bytes());
+    hasher.update(b"\0");
+    hasher.update(args.as_bytes());
+    hasher.finalize().to_vec()
+}
+
+impl Asking {
+    /// A fresh key from the operating system: a state sealed by another server process (or
+    /// before a restart) does not open here.
+    pub(super) fn new() -> Result<Asking, String> {
+        let mut key = [0u8; 32];
+        getrandom::fill(&mut key).map_err(|e| format!("cannot make a signing key: {e}"))?;
+        let codec = RequestStateCodec::try_new(key.to_vec()).map_err(|e| e.to_string())?;
+        Ok(Asking {
+            codec,
+            parked: Arc::new(Mutex::new(HashMap::new())),
+            next: AtomicU64::new(1),
+        })
+    }
+
+    /// A client's answers to a parked run's questions, given back with the state its
+    /// `input_required` result carried: the run, with the answers delivered, ready to go on.
+    pub(super) fn resume(
+        &self,
+        state: &str,
+        tool: &str,
+        arguments: &JsonObject,
+        responses: Option<&InputResponses>,
+    ) -> Result<(Pending, (u64, u64)), String> {
+        let bound = binding(tool, arguments);
+        let handle: Handle = self.codec.open_json_with(state, &bound).map_err(|e| {
+            format!("refused requestState: {e} (it was not issued by this server for this call, or is too old)")
+        })?;
+        let parked = {
+            let mut parked = self.parked.lock().unwrap_or_else(|e| e.into_inner());
+            match parked.get(&handle.handle) {
+                Some(p) if p.round == handle.round => parked.remove(&handle.handle),
+                Some(_) => None,
+                None => None,
+            }
+        };
+        let Some(parked) = parked else {
+            return Err("refused requestState: it was answered already, or its run ended (a run waits for its answer for at most 10 minutes)".to_owned());
+        };
+        for (key, reply) in parked.asked {
+            let answer = match responses.and_then(|r| r.get(&key)) {
+                Some(response) => {
+                    match serde_json::from_value::<rmcp::model::ElicitResult>(response.clone()) {
+                        Ok(result) => answer_of(result.action, result.content),
+                        Err(e) => Err(format!(
+                            "the client's answer is not an elicitation result: {e}"
+                        )),
+                    }
+                }
+                None => Err("the client sent no answer".to_owned()),
+            };
+            let _ = reply.send(answer);
+        }
+        // The handle goes on with the run: its next question gets the next round.
+        Ok((parked.pending, (handle.handle, parked.round)))
+    }
+
+    /// Go on with a call's run until it ends, or asks (then it is parked, and the result says
+    /// what to ask), or `ct` cancels the request (then the run is cancelled).
+    pub(super) async fn step(
+        &self,
+        mut pending: Pending,
+        resumed: Option<(u64, u64)>,
+        name: &str,
+        tool: &str,
+        arguments: &JsonObject,
+        ct: &CancellationToken,
+    ) -> Step {
+        let first = tokio::select! {
+            ended = &mut pending.run => {
+                return Step::Ended(ended.unwrap_or_else(|e| Err(format!("the run stopped: {e}"))));
+            }
+            question = pending.questions.recv() => question,
+            () = ct.cancelled() => {
+                pending.cancel.cancel();
+                let ended = (&mut pending.run).await;
+                return Step::Ended(ended.unwrap_or_else(|e| Err(format!("the run stopped: {e}"))));
+            }
+        };
+        let Some(first) = first else {
+            // No operator left to ask: the run ends on its own.
+            let ended = (&mut pending.run).await;
+            return Step::Ended(ended.unwrap_or_else(|e| Err(format!("the run stopped: {e}"))));
+        };
+        // Every question out now goes in one result.
+        let mut questions = vec![first];
+        while let Ok(more) = pending.questions.try_recv() {
+            questions.push(more);
+        }
+        let (handle, round) = match resumed {
+            Some((handle, round)) => (handle, round + 1),
+            None => (self.next.fetch_add(1, Ordering::Relaxed), 1),
+        };
+        let mut requests = BTreeMap::new();
+        let mut asked = Vec::new();
+        for (n, question) in questions.into_iter().enumerate() {
+            let key = format!("ask-{round}-{n}");
+            match form(name, question.section.as_deref()) {
+                Ok(params) => {
+                    requests.insert(
+                        key.clone(),
+                        InputRequest::Elicitation(ElicitRequest::new(params)),
+                    );
+                    asked.push((key, question.reply));
+                }
+                Err(message) => {
+                    let _ = question.reply.send(Err(message));
+                }
+            }
+        }
+        let sealed = self.codec.seal_json_with(
+            &Handle { handle, round },
+            &SealOptions::new()
+                .associated_data(&binding(tool, arguments))
+                .ttl(PARK_TTL),
+        );
+        let sealed = match sealed {
+            Ok(sealed) => sealed,
+            Err(e) => {
+                for (_, reply) in asked {
+                    let _ = reply.send(Err(format!("cannot seal the request state: {e}")));
+                }
+                return Box::pin(self.step(pending, resumed, name, tool, arguments, ct)).await;
+            }
+        };
+        let cancel = pending.cancel.clone();
+        // Parked, unless the server holds too many already (then the asks fail, and the run
+        // goes on without their answers).
+        let refused = {
+            let mut parked = self.parked.lock().unwrap_or_else(|e| e.into_inner());
+            if parked.len() >= MAX_PARKED {
+                Some((pending, asked))
+            } else {
+                parked.insert(
+                    handle,
+                    Parked {
+                        pending,
+                        round,
+                        asked,
+                    },
+                );
+                None
+            }
+        };
+        if let Some((pending, asked)) = refused {
+            for (_, reply) in asked {
+                let _ = reply.send(Err(
+                    "the server has too many runs waiting for their users' answers".to_owned(),
+                ));
+            }
+            return Box::pin(self.step(pending, resumed, name, tool, arguments, ct)).await;
+        }
+        // A client that never comes back: the run is cancelled when the state expires.
+        let parked = Arc::clone(&self.parked);
+        tokio::spawn(async move {
+            tokio::time::sleep(PARK_TTL).await;
+            let expired = {
+                let mut parked = parked.lock().unwrap_or_else(|e| e.into_inner());
+                match parked.get(&handle) {
+                    Some(p) if p.round == round => parked.remove(&handle),
+                    _ => None,
+                }
+            };
+            if let Some(expired) = expired {
+                cancel.cancel();
+                let _ = expired.pending.run.await;
+            }
+        });
+        Step::Asks(InputRequiredResult::new(Some(requests), Some(sealed)))
+    }
+
+    /// The handle and round a sealed state names, when it opens for this call.
+    #[cfg(test)]
+    fn handle_of(&self, state: &str, tool: &str, arguments: &JsonObject) -> Option<(u64, u64)> {
+        self.codec
+            .open_json_with::<Handle>(state, &binding(tool, arguments))
+            .ok()
+            .map(|h| (h.handle, h.round))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn answers_are_read_from_the_form_or_what_the_client_sent() {
+        assert_eq!(elicited_text(Some(json!({"answer": " a\n"}))), " a\n");
+        assert_eq!(elicited_text(Some(json!({"name": "Ada"}))), "Ada");
+        assert_eq!(
+            elicited_text(Some(json!({"a": "x", "b": "y"}))),
+            r#"{"a":"x","b":"y"}"#
+        );
+        assert_eq!(elicited_text(None), "");
+        assert_eq!(
+            answer_of(ElicitationAction::Decline, None),
+            Err("the user declined to answer".to_owned())
+        );
+    }
+
+    #[test]
+    fn a_sealed_state_is_bound_to_its_call_and_its_server() {
+        let asking = Asking::new().unwrap();
+        let args: JsonObject =
+            serde_json::from_value(json!({"b": 1, "a": {"y": 2, "x": 1}})).unwrap();
+        let same: JsonObject =
+            serde_json::from_value(json!({"a": {"x": 1, "y": 2}, "b": 1})).unwrap();
+        let other: JsonObject =
+            serde_json::from_value(json!({"a": {"x": 1, "y": 3}, "b": 1})).unwrap();
+        let sealed = asking
+            .codec
+            .seal_json_with(
+                &Handle {
+                    handle: 7,
+                    round: 2,
+                },
+                &SealOptions::new()
+                    .associated_data(&binding("t", &args))
+                    .ttl(PARK_TTL),
+            )
+            .unwrap();
+        // The same arguments in another order open it; other arguments, another tool, another
+        // server's key, or a changed byte do not.
+        assert_eq!(asking.handle_of(&sealed, "t", &same), Some((7, 2)));
+        assert_eq!(asking.handle_of(&sealed, "t", &other), None);
+        assert_eq!(asking.handle_of(&sealed, "u", &args), None);
+        assert_eq!(Asking::new().unwrap().handle_of(&sealed, "t", &args), None);
+        let mut tampered = sealed.clone().into_bytes();
+        let last = tampered.len() - 1;
+        tampered[last] = if tampered[last] == b'A' { b'B' } else { b'A' };
+        let tampered = String::from_utf8(tampered).unwrap();
+        assert_eq!(asking.handle_of(&tampered, "t", &args), None);
+        // A state no run is parked under is refused.
+        assert!(asking.resume(&sealed, "t", &args, None).is_err());
+    }
+}
