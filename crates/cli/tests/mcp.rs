@@ -579,6 +579,43 @@ fn input_ask_reaches_the_clients_user_through_elicitation() {
 }
 
 #[test]
+fn a_long_call_becomes_a_task_with_its_result_later() {
+    let Some(tools) = Tools::find() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let prompts = fixtures().join("prompts");
+    let lines = python_client(
+        &tools,
+        dir.path(),
+        "task",
+        &["-", bin(), "mcp", "serve", prompts.to_str().unwrap()],
+        &[("ELICIT", "x"), ("TASKS", "1")],
+    );
+    // A task id at once, working; then the run's question as the task's input request;
+    // answered with tasks/update, the task completes with the run's result.
+    assert_eq!(lines[0]["result_type"], "task", "{lines:?}");
+    assert_eq!(lines[0]["status"], "working");
+    assert_eq!(lines[0]["has_id"], true);
+    assert_eq!(lines[1]["status"], "input_required");
+    assert_eq!(
+        lines[1]["message"],
+        "The prompt `interview` asks for your answer (section `Ask`)."
+    );
+    assert_eq!(lines[2]["status"], "completed");
+    assert_eq!(lines[2]["text"], "busy first | busy done | said in a task");
+    // A call that ends within --task-after (2 s) comes back as a plain result.
+    assert_eq!(lines[3]["text"], "QUICK");
+    assert_ne!(lines[3]["result_type"], "task");
+    // One that runs on becomes a task; tasks/cancel cancels its run.
+    assert_eq!(lines[4]["status"], "cancelled");
+    let runs = history_outcomes(dir.path());
+    assert!(
+        runs.iter()
+            .any(|(p, o)| p.ends_with("spin.md") && o == "cancelled"),
+        "{runs:?}"
+    );
+}
+
+#[test]
 fn a_declared_output_file_comes_back_as_an_embedded_resource() {
     let Some(tools) = Tools::find() else { return };
     let dir = tempfile::tempdir().unwrap();

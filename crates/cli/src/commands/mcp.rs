@@ -97,6 +97,10 @@ struct ServeArgs {
     /// without sending progress is stopped too: ask for progress, or raise this.
     #[arg(long, value_name = "SECS", default_value_t = 300, value_parser = clap::value_parser!(u64).range(1..), requires = "http")]
     idle_timeout: u64,
+    /// For clients that take tasks (SEP-2663): a call still running after this many seconds
+    /// (or that asks its user) comes back as a task to poll; 0 makes every call a task.
+    #[arg(long, value_name = "SECS", default_value_t = 2.0)]
+    task_after: f64,
 }
 
 #[derive(Debug, Args)]
@@ -483,8 +487,12 @@ struct Shared {
     runtime: tokio::runtime::Handle,
     /// The connected clients (stdio, and HTTP sessions), for list-changed notifications.
     peers: Mutex<Vec<Peer<RoleServer>>>,
+    /// Calls run as tasks (SEP-2663), for clients that asked.
+    tasks: rmcp::task_manager::TaskManager,
     /// Runs parked between the requests of a 2026-07-28 call that asks its user.
     asking: ask::Asking,
+    /// `--task-after`: when a call from a client that takes tasks becomes one, in seconds.
+    task_after: f64,
     /// Resource subscriptions (`resources/subscribe`): who asked to hear of which URI.
     subscriptions: Mutex<Vec<(Peer<RoleServer>, String)>>,
     /// Changes for clients that listen (the stateless protocol's subscriptions).
@@ -725,6 +733,93 @@ impl PromptServer {
         }
     }
 
+    /// A tool call from a client that declared the tasks extension (SEP-2663). The server
+    /// decides per call: the run starts as a task, and when it ends within `--task-after`
+    /// its result comes back as usual; when it runs longer, or asks its user first, the call
+    /// returns the task and the client polls `tasks/get` for its status and result, answers
+    /// its asks with `tasks/update` and can stop it with `tasks/cancel`. A run longer than
+    /// the client's request timeout is so not lost; the result is kept for [`TASK_TTL_MS`].
+    async fn call_as_task(
+        &self,
+        entry: Arc<Entry>,
+        args: Option<String>,
+        cx: &RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, ErrorData> {
+        use rmcp::task_manager::{TaskExit, TaskOptions};
+        let server = self.clone();
+        let elicits = ask::can_elicit(cx);
+        let name = entry.tool.name.to_string();
+        let options = TaskOptions::new()
+            .with_ttl_ms(TASK_TTL_MS)
+            .with_poll_interval_ms(TASK_POLL_MS)
+            .with_status_message(format!("running {name}"));
+        // How the task goes, for the decision below: still running, asking, or ended (with
+        // the result this call returns when it ends in time).
+        let (phase, mut watching) = tokio::sync::watch::channel(TaskPhase::Running);
+        let phase = Arc::new(phase);
+        let task = self.0.tasks.spawn(options, move |task| {
+            Box::pin(async move {
+                let operator = if elicits {
+                    let asking = phase.clone();
+                    ask::asking_task(&task, &name, move || {
+                        let _ = asking.send(TaskPhase::Asking);
+                    })
+                } else {
+                    Operator::Nobody
+                };
+                let cancel = tokio_util::sync::CancellationToken::new();
+                let run = server.run(entry, args, cancel.clone(), None, operator);
+                tokio::pin!(run);
+                let ended = tokio::select! {
+                    ended = &mut run => ended,
+                    () = task.cancelled() => {
+                        cancel.cancel();
+                        run.await
+                    }
+                };
+                let (result, shown) = match ended {
+                    Ok((Outcome::Cancelled, _)) => (
+                        Err(TaskExit::Cancelled),
+                        Ok(tool_result(&Outcome::Cancelled, None)),
+                    ),
+                    Ok((outcome, output)) => {
+                        let called =
+                            tool_result(&outcome, output.as_ref().map(|o| (name.as_str(), o)));
+                        (Ok(called.clone()), Ok(called))
+                    }
+                    Err(message) => {
+                        let error = ErrorData::internal_error(message, None);
+                        (Err(TaskExit::Error(error.clone())), Err(error))
+                    }
+                };
+                let _ = phase.send(TaskPhase::Ended(shown));
+                result
+            })
+        });
+        let decided = async {
+            loop {
+                if !matches!(*watching.borrow_and_update(), TaskPhase::Running) {
+                    return;
+                }
+                if watching.changed().await.is_err() {
+                    return;
+                }
+            }
+        };
+        let wait = Duration::from_secs_f64(self.0.task_after);
+        tokio::select! {
+            _ = tokio::time::timeout(wait, decided) => {}
+            // A call cancelled before it became a task cancels its run.
+            () = cx.ct.cancelled() => {
+                let _ = self.0.tasks.cancel_task(&task.task_id);
+            }
+        }
+        if let TaskPhase::Ended(ended) = &*watching.borrow() {
+            return ended.clone().map(CallToolResponse::from);
+        }
+        Ok(rmcp::model::CreateTaskResult::new(task).into())
+    }
+
     /// Tell every client the lists changed.
     async fn announce(&self) {
         let peers: Vec<Peer<RoleServer>> = {
@@ -762,6 +857,21 @@ impl PromptServer {
         }
     }
 }
+
+/// How a call run as a task is going, for deciding what the call returns.
+#[derive(Debug, Clone)]
+enum TaskPhase {
+    Running,
+    /// It asks its user: the client must see the task to answer.
+    Asking,
+    Ended(Result<CallToolResult, ErrorData>),
+}
+
+/// How long a task's result is kept after its call (an hour).
+const TASK_TTL_MS: u64 = 60 * 60 * 1000;
+
+/// How often a client is asked to poll a task.
+const TASK_POLL_MS: u64 = 500;
 
 /// The most resource subscriptions the server keeps (across its clients).
 const MAX_SUBSCRIPTIONS: usize = 1024;
@@ -1027,6 +1137,7 @@ impl ServerHandler for PromptServer {
                 .enable_resources()
                 .enable_resources_subscribe()
                 .enable_resources_list_changed()
+                .enable_tasks()
                 .build(),
         )
         .with_server_info(Implementation::new("promptforge", env!("CARGO_PKG_VERSION")))
@@ -1072,6 +1183,12 @@ impl ServerHandler for PromptServer {
             }
         };
         let name = entry.tool.name.to_string();
+        if cx
+            .client_capabilities()
+            .is_some_and(|caps| caps.supports_tasks())
+        {
+            return self.call_as_task(entry, args, &cx).await;
+        }
         if ask::is_modern(&cx) && ask::can_elicit(&cx) {
             return self.call_asking(entry, args, request, arguments, &cx).await;
         }
@@ -1163,6 +1280,38 @@ impl ServerHandler for PromptServer {
         Ok(CompletionInfo::with_all_values(values)
             .map(CompleteResult::new)
             .unwrap_or_default())
+    }
+
+    /// SEP-2663 `tasks/get`: a task's status, its questions out, or its result.
+    async fn get_task(
+        &self,
+        request: rmcp::model::GetTaskParams,
+        _cx: RequestContext<RoleServer>,
+    ) -> Result<rmcp::model::GetTaskResult, ErrorData> {
+        Ok(rmcp::model::GetTaskResult::new(
+            self.0.tasks.get_task(&request.task_id)?,
+        ))
+    }
+
+    /// SEP-2663 `tasks/update`: the client's answers to a task's questions.
+    async fn update_task(
+        &self,
+        request: rmcp::model::UpdateTaskParams,
+        _cx: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        self.0
+            .tasks
+            .update_task(&request.task_id, request.input_responses)
+    }
+
+    /// SEP-2663 `tasks/cancel`: the task's run is cancelled (it ends `cancelled`, as a
+    /// cancelled call would).
+    async fn cancel_task(
+        &self,
+        request: rmcp::model::CancelTaskParams,
+        _cx: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        self.0.tasks.cancel_task(&request.task_id)
     }
 
     /// Every served prompt file, as a text resource.
@@ -1403,6 +1552,12 @@ fn serve(args: &ServeArgs) -> Result<ExitCode, String> {
         peers: Mutex::new(Vec::new()),
         subscriptions: Mutex::new(Vec::new()),
         asking: ask::Asking::new()?,
+        tasks: rmcp::task_manager::TaskManager::new(),
+        task_after: if args.task_after.is_finite() {
+            args.task_after.clamp(0.0, 86_400.0)
+        } else {
+            0.0
+        },
         changes,
         told,
         admission: CallAdmission::new(args.max_runs, args.max_waiting, args.memory_mb),

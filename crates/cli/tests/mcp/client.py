@@ -83,6 +83,41 @@ async def scenario(name, session, changed):
         say(asked=ASKED)
     elif name == "modern":
         raise SystemExit("the modern scenario runs through mcp.Client (see main)")
+    elif name == "task":
+        # The tasks extension (SEP-2663), spoken through the session's JSON-RPC dispatcher:
+        # the SDK has no client for it, and checks a tools/call result against the
+        # 2025-11-25 shape, which a task handle is not.
+        async def request(method, params):
+            return await session._dispatcher.send_raw_request(method, params, None)
+
+        async def poll(task_id, until):
+            with anyio.fail_after(20):
+                while True:
+                    got = await request("tasks/get", {"taskId": task_id})
+                    task = got.get("task", got)
+                    if task["status"] in until:
+                        return task
+                    await anyio.sleep(0.05)
+
+        created = await request("tools/call", {"name": "interview", "arguments": {}})
+        say(result_type=created.get("resultType"), status=created["status"],
+            has_id=bool(created.get("taskId")), poll=created.get("pollIntervalMs"))
+        task_id = created["taskId"]
+        asking = await poll(task_id, ["input_required"])
+        keys = sorted(asking["inputRequests"].keys())
+        say(status=asking["status"], keys=keys,
+            message=asking["inputRequests"][keys[0]]["params"]["message"])
+        await request("tasks/update", {"taskId": task_id, "inputResponses": {
+            keys[0]: {"action": "accept", "content": {"answer": "in a task"}}}})
+        done = await poll(task_id, ["completed", "failed", "cancelled"])
+        say(status=done["status"], text=done["result"]["content"][0]["text"])
+        quick = await request("tools/call", {"name": "shout", "arguments": {"args": "quick"}})
+        say(result_type=quick.get("resultType"), text=quick["content"][0]["text"])
+        spinning = await request("tools/call", {"name": "spin", "arguments": {}})
+        await anyio.sleep(0.5)
+        await request("tasks/cancel", {"taskId": spinning["taskId"]})
+        stopped = await poll(spinning["taskId"], ["completed", "failed", "cancelled"])
+        say(status=stopped["status"])
     elif name == "no-elicit":
         with anyio.fail_after(10):
             r = await session.call_tool("maybe_ask", {})
@@ -106,7 +141,10 @@ async def on_elicit(context, params):
 
 
 def session_options():
-    return {"elicitation_callback": on_elicit} if os.environ.get("ELICIT") else {}
+    options = {"elicitation_callback": on_elicit} if os.environ.get("ELICIT") else {}
+    if os.environ.get("TASKS"):
+        options["extensions"] = {"io.modelcontextprotocol/tasks": {}}
+    return options
 
 
 UPDATED = []

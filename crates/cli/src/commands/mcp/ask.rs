@@ -60,6 +60,36 @@ pub(super) fn asking_peer(peer: &Peer<RoleServer>, name: &str) -> Operator {
     })))
 }
 
+/// The operator for a call run as a task (SEP-2663): each ask is an input request of the
+/// task, which the client sees in `tasks/get` and answers with `tasks/update`.
+/// `asking` is told each time a question goes out (the call that started the task then
+/// returns it, so the client can see the question).
+pub(super) fn asking_task(
+    task: &rmcp::task_manager::TaskContext,
+    name: &str,
+    asking: impl Fn() + Send + Sync + 'static,
+) -> Operator {
+    let (task, name) = (task.clone(), name.to_owned());
+    let asked = Arc::new(AtomicU64::new(0));
+    let asking = Arc::new(asking);
+    Operator::Remote(RemoteOperator(Arc::new(move |section| {
+        let (task, name, asked, asking) =
+            (task.clone(), name.clone(), asked.clone(), asking.clone());
+        Box::pin(async move {
+            let params = form(&name, section.as_deref())?;
+            let key = format!("ask-{}", asked.fetch_add(1, Ordering::Relaxed) + 1);
+            asking();
+            let reply = task
+                .request_input(key, InputRequest::Elicitation(ElicitRequest::new(params)))
+                .await
+                .map_err(|_| "the task was cancelled before its user answered".to_owned())?;
+            let result: rmcp::model::ElicitResult = serde_json::from_value(reply)
+                .map_err(|e| format!("the client's answer is not an elicitation result: {e}"))?;
+            answer_of(result.action, result.content)
+        })
+    })))
+}
+
 /// The Host's message for an ask: which prompt and section ask (the ask has no question of its
 /// own, chapter 05).
 fn message(name: &str, section: Option<&str>) -> String {
