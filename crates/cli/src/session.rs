@@ -217,10 +217,56 @@ impl Config {
             return Ok(None);
         }
         let servers = self.catalog()?.mcp_servers().clone();
-        Ok(Some(Arc::new(promptforge_harness::mcp::McpPlugins::new(
-            servers,
-        ))))
+        Ok(Some(Arc::new(mcp_plugins(servers))))
     }
+}
+
+/// The MCP Plugins of these servers, authorizing those behind OAuth through [`oauth_setup`].
+pub(crate) fn mcp_plugins(
+    servers: std::collections::BTreeMap<String, promptforge_harness::mcp::McpServerEntry>,
+) -> promptforge_harness::mcp::McpPlugins {
+    let plugins = promptforge_harness::mcp::McpPlugins::new(servers);
+    match oauth_setup() {
+        Some(setup) => plugins.with_oauth(setup),
+        None => plugins,
+    }
+}
+
+/// Where OAuth tokens for MCP servers live (`$PROMPTFORGE_OAUTH_DIR`, else `promptforge/oauth`
+/// in the user's data directory), and how a person authorizes: the URL on stderr, and
+/// `$BROWSER URL` run when the variable is set (`BROWSER=xdg-open`, `BROWSER=open`).
+pub(crate) fn oauth_setup() -> Option<promptforge_harness::mcp::OAuthSetup> {
+    let token_dir = std::env::var_os("PROMPTFORGE_OAUTH_DIR")
+        .map(std::path::PathBuf::from)
+        .or_else(|| dirs::data_dir().map(|d| d.join("promptforge").join("oauth")))?;
+    Some(promptforge_harness::mcp::OAuthSetup {
+        token_dir,
+        authorize: Arc::new(|name: &str, url: &str| {
+            crate::ui::print_line(&format!(
+                "The MCP server `{name}` asks you to authorize promptforge. Open this URL in a browser (the page comes back to this machine when you are done):\n  {url}"
+            ));
+            if let Some(browser) = std::env::var("BROWSER")
+                .ok()
+                .filter(|b| !b.trim().is_empty())
+            {
+                let mut words = browser.split_whitespace();
+                if let Some(program) = words.next() {
+                    let opened = std::process::Command::new(program)
+                        .args(words)
+                        .arg(url)
+                        .stdin(std::process::Stdio::null())
+                        .stdout(std::process::Stdio::null())
+                        .stderr(std::process::Stdio::null())
+                        .spawn();
+                    if let Err(e) = opened {
+                        crate::ui::print_line(&format!(
+                            "note: cannot run $BROWSER ({browser}): {e}; open the URL yourself"
+                        ));
+                    }
+                }
+            }
+        }),
+    })
 }
 
 /// The Host's current model: the scripted model of `script`, the `model` id, or the

@@ -137,7 +137,7 @@ fn runtime() -> Result<tokio::runtime::Runtime, String> {
 fn tools(args: &ToolsArgs) -> Result<ExitCode, String> {
     let config = Config::default();
     let servers = config.catalog()?.mcp_servers().clone();
-    let plugins = McpPlugins::new(servers);
+    let plugins = crate::session::mcp_plugins(servers);
     let rt = runtime()?;
     let listed = rt.block_on(async {
         let listed = plugins.tools(&args.name).await;
@@ -1545,7 +1545,7 @@ fn serve(args: &ServeArgs) -> Result<ExitCode, String> {
         dirs,
         library: RwLock::new(library),
         session,
-        mcp: Arc::new(McpPlugins::new(servers)),
+        mcp: Arc::new(crate::session::mcp_plugins(servers)),
         seed: args.seed,
         history: (!args.no_history).then(crate::history::location).flatten(),
         runtime: rt.handle().clone(),

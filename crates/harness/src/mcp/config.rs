@@ -41,6 +41,18 @@ pub struct McpServerEntry {
     pub url: Option<String>,
     /// The variable holding a bearer token sent to `url`.
     pub bearer_token_env: Option<String>,
+    /// Authorize with OAuth (the authorization-code flow with PKCE, once; the tokens kept
+    /// under the user's data directory and refreshed). Only with `url`.
+    #[serde(default)]
+    pub oauth: bool,
+    /// With `oauth`: a client id registered with the authorization server beforehand (else
+    /// the server registers one).
+    pub client_id: Option<String>,
+    /// With `client_id`: the variable holding its secret, for a confidential client.
+    pub client_secret_env: Option<String>,
+    /// With `oauth`: the scopes to ask for (default: what the server says it needs).
+    #[serde(default)]
+    pub scopes: Vec<String>,
     /// The server's output is trusted: its tools' results reach the prompt without the
     /// untrusted envelope. Default `false`.
     #[serde(default)]
@@ -84,6 +96,9 @@ impl McpServerEntry {
             (Some(program), None) if program.trim().is_empty() => {
                 Err("`command` must not be empty".to_owned())
             }
+            (Some(_), None) if self.oauth => {
+                Err("`oauth` applies only to `url` (a server started as a command needs none)".to_owned())
+            }
             (Some(program), None) => Ok(Transport::Command {
                 program: program.clone(),
                 args: self.args.clone(),
@@ -96,6 +111,19 @@ impl McpServerEntry {
                 }
                 if !self.args.is_empty() {
                     return Err("`args` applies only to `command`".to_owned());
+                }
+                if self.oauth && self.bearer_token_env.is_some() {
+                    return Err("set either `oauth` or `bearer_token_env`, not both".to_owned());
+                }
+                if !self.oauth
+                    && (self.client_id.is_some()
+                        || self.client_secret_env.is_some()
+                        || !self.scopes.is_empty())
+                {
+                    return Err("`client_id`, `client_secret_env` and `scopes` apply only with `oauth = true`".to_owned());
+                }
+                if self.client_secret_env.is_some() && self.client_id.is_none() {
+                    return Err("`client_secret_env` needs `client_id`".to_owned());
                 }
                 Ok(Transport::Http { url: url.clone() })
             }

@@ -9,6 +9,7 @@
 
 pub mod config;
 pub mod names;
+pub mod oauth;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -29,6 +30,7 @@ use serde_json::Value as Json;
 use tokio::io::AsyncBufReadExt;
 
 pub use config::{McpServerEntry, McpTable, Transport};
+pub use oauth::OAuthSetup;
 
 /// The namespace of every MCP Plugin id.
 pub const NAMESPACE: &str = "mcp";
@@ -77,6 +79,8 @@ impl std::fmt::Debug for Connection {
 pub struct McpPlugins {
     servers: BTreeMap<String, McpServerEntry>,
     started: tokio::sync::Mutex<BTreeMap<String, Result<Arc<Connection>, String>>>,
+    /// Where OAuth tokens live and how a person authorizes (servers with `oauth = true`).
+    oauth: Option<OAuthSetup>,
 }
 
 /// How long a server may take to start and list its tools, at least.
@@ -88,7 +92,14 @@ impl McpPlugins {
         McpPlugins {
             servers,
             started: tokio::sync::Mutex::new(BTreeMap::new()),
+            oauth: None,
         }
+    }
+
+    /// Authorize servers with `oauth = true` this way.
+    pub fn with_oauth(mut self, setup: OAuthSetup) -> Self {
+        self.oauth = Some(setup);
+        self
     }
 
     /// Whether a server of this name is configured.
@@ -174,7 +185,33 @@ impl McpPlugins {
         let request = CallToolRequestParams::new(tool.name.clone()).with_arguments(arguments);
         // Dropping the call (a timeout here, or the run withdrawing it) sends the server
         // notifications/cancelled.
-        match tokio::time::timeout(connection.timeout, connection.peer.call_tool(request)).await {
+        let mut called = tokio::time::timeout(
+            connection.timeout,
+            connection.peer.call_tool(request.clone()),
+        )
+        .await;
+        // A server behind OAuth that wants more (a token it no longer takes, or a scope the
+        // call needs: step-up) is authorized again with its challenge, once, and the call
+        // made again on a fresh connection.
+        if let Ok(Err(e)) = &called
+            && let Some(challenge) = oauth::challenge_in_service(e)
+            && let (Some(entry), Some(setup)) = (self.servers.get(name), &self.oauth)
+            && entry.oauth
+            && let Some(url) = &entry.url
+        {
+            let identity = oauth::ClientIdentity {
+                client_id: entry.client_id.clone(),
+                client_secret: entry
+                    .client_secret_env
+                    .as_ref()
+                    .and_then(|var| std::env::var(var).ok()),
+                scopes: entry.scopes.clone(),
+            };
+            oauth::authorize(setup, name, url, Some(challenge), &identity).await?;
+            let fresh = self.reconnect(name).await?;
+            called = tokio::time::timeout(fresh.timeout, fresh.peer.call_tool(request)).await;
+        }
+        match called {
             Err(_) => Err(format!(
                 "{} timed out after {} s",
                 tool.name,
@@ -212,6 +249,17 @@ impl McpPlugins {
         futures_util::future::join_all(closing).await;
     }
 
+    /// Start the server's connection again (after a new authorization), in place of the old.
+    async fn reconnect(&self, name: &str) -> Result<Arc<Connection>, String> {
+        let old = self.started.lock().await.remove(name);
+        if let Some(Ok(old)) = old
+            && let Some(service) = old.service.lock().await.take()
+        {
+            let _ = service.cancel().await;
+        }
+        self.connection(name).await
+    }
+
     /// The server's connection, started on first use (a failure to start is kept, so every
     /// run of this Host reports the same line without trying again).
     async fn connection(&self, name: &str) -> Result<Arc<Connection>, String> {
@@ -220,11 +268,93 @@ impl McpPlugins {
             return known.clone();
         }
         let result = match self.servers.get(name) {
-            Some(entry) => start(entry).await.map(Arc::new),
+            Some(entry) => start(name, entry, self.oauth.as_ref()).await.map(Arc::new),
             None => Err(format!("no MCP server `{name}` is configured")),
         };
         started.insert(name.to_owned(), result.clone());
         result
+    }
+}
+
+/// Connect to a server behind OAuth: with the stored token when there is one (refreshed as
+/// needed); when the server refuses (401, or 403 for more scope), authorize once with its
+/// challenge, and connect again.
+async fn connect_with_oauth(
+    name: &str,
+    entry: &McpServerEntry,
+    url: &str,
+    setup: &OAuthSetup,
+    config: StreamableHttpClientTransportConfig,
+    client_info: ClientConfig,
+    limit: Duration,
+) -> Result<
+    (
+        RunningService<RoleClient, ClientConfig>,
+        Vec<rmcp::model::Tool>,
+    ),
+    String,
+> {
+    let client_secret = match &entry.client_secret_env {
+        Some(var) => match std::env::var(var) {
+            Ok(secret) if !secret.is_empty() => {
+                crate::secrets::register(&secret);
+                Some(secret)
+            }
+            _ => {
+                return Err(format!(
+                    "the client secret variable {var} (named in `client_secret_env`) is not set"
+                ));
+            }
+        },
+        None => None,
+    };
+    let identity = oauth::ClientIdentity {
+        client_id: entry.client_id.clone(),
+        client_secret,
+        scopes: entry.scopes.clone(),
+    };
+    let mut authorized = false;
+    loop {
+        let manager = oauth::manager(setup, name, url).await?;
+        let client =
+            rmcp::transport::auth::AuthClient::new(reqwest_mcp::Client::default(), manager);
+        let transport = StreamableHttpClientTransport::with_client(client, config.clone());
+        match tokio::time::timeout(limit, client_info.clone().serve(transport)).await {
+            Ok(Ok(service)) => {
+                // A server may let the handshake through and want authorization for its
+                // tools: listing them is part of connecting.
+                match tokio::time::timeout(limit, service.list_all_tools()).await {
+                    Ok(Ok(listed)) => return Ok((service, listed)),
+                    Ok(Err(e)) => match oauth::challenge_in_service(&e) {
+                        Some(challenge) if !authorized => {
+                            let _ = service.cancel().await;
+                            oauth::authorize(setup, name, url, Some(challenge), &identity).await?;
+                            authorized = true;
+                        }
+                        _ => return Err(format!("cannot list the server's tools: {e}")),
+                    },
+                    Err(_) => return Err("the server did not list its tools in time".to_owned()),
+                }
+            }
+            Ok(Err(e)) => match oauth::challenge_in(&e) {
+                Some(challenge) if !authorized => {
+                    oauth::authorize(setup, name, url, Some(challenge), &identity).await?;
+                    authorized = true;
+                }
+                Some(_) => {
+                    return Err(format!(
+                        "the MCP server at {url} refused the authorization it was given: {e}"
+                    ));
+                }
+                None => return Err(format!("the MCP server at {url} did not answer: {e}")),
+            },
+            Err(_) => {
+                return Err(format!(
+                    "the MCP server at {url} did not answer within {} s",
+                    limit.as_secs_f64()
+                ));
+            }
+        }
     }
 }
 
@@ -237,7 +367,11 @@ fn where_set(name: &str, entry: &McpServerEntry) -> String {
 }
 
 /// Start a server and list its tools.
-async fn start(entry: &McpServerEntry) -> Result<Connection, String> {
+async fn start(
+    name: &str,
+    entry: &McpServerEntry,
+    oauth: Option<&OAuthSetup>,
+) -> Result<Connection, String> {
     let transport = entry.transport()?;
     let timeout = entry.timeout()?;
     let mut client_info = ClientConfig::new(
@@ -248,6 +382,8 @@ async fn start(entry: &McpServerEntry) -> Result<Connection, String> {
     // server that knows only an older one answers with it and rmcp goes along.
     client_info.protocol_version = ProtocolVersion::V_2025_11_25;
     let limit = timeout.max(MIN_START);
+    // Tools listed while connecting (a server behind OAuth), else listed below.
+    let mut listed = None;
     let service = match &transport {
         Transport::Command { program, args } => {
             let mut command = tokio::process::Command::new(program);
@@ -343,23 +479,41 @@ async fn start(entry: &McpServerEntry) -> Result<Connection, String> {
                     }
                 }
             }
-            let transport = StreamableHttpClientTransport::from_config(config);
-            match tokio::time::timeout(limit, client_info.serve(transport)).await {
-                Ok(Ok(service)) => service,
-                Ok(Err(e)) => return Err(format!("the MCP server at {url} did not answer: {e}")),
-                Err(_) => {
-                    return Err(format!(
-                        "the MCP server at {url} did not answer within {} s",
-                        limit.as_secs_f64()
-                    ));
+            if entry.oauth {
+                let Some(setup) = oauth else {
+                    return Err(
+                        "`oauth = true` needs a place for its tokens, and this Host has none (no user data directory)"
+                            .to_owned(),
+                    );
+                };
+                let (service, tools) =
+                    connect_with_oauth(name, entry, url, setup, config, client_info, limit).await?;
+                listed = Some(tools);
+                service
+            } else {
+                let transport = StreamableHttpClientTransport::from_config(config);
+                match tokio::time::timeout(limit, client_info.serve(transport)).await {
+                    Ok(Ok(service)) => service,
+                    Ok(Err(e)) => {
+                        return Err(format!("the MCP server at {url} did not answer: {e}"));
+                    }
+                    Err(_) => {
+                        return Err(format!(
+                            "the MCP server at {url} did not answer within {} s",
+                            limit.as_secs_f64()
+                        ));
+                    }
                 }
             }
         }
     };
-    let listed = match tokio::time::timeout(limit, service.list_all_tools()).await {
-        Ok(Ok(tools)) => tools,
-        Ok(Err(e)) => return Err(format!("cannot list the server's tools: {e}")),
-        Err(_) => return Err("the server did not list its tools in time".to_owned()),
+    let listed = match listed {
+        Some(tools) => tools,
+        None => match tokio::time::timeout(limit, service.list_all_tools()).await {
+            Ok(Ok(tools)) => tools,
+            Ok(Err(e)) => return Err(format!("cannot list the server's tools: {e}")),
+            Err(_) => return Err("the server did not list its tools in time".to_owned()),
+        },
     };
     let segments = names::segments_for(listed.iter().map(|t| t.name.as_ref()));
     let tools = listed
