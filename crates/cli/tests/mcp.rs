@@ -561,6 +561,33 @@ fn input_ask_reaches_the_clients_user_through_elicitation() {
         );
     }
     assert_eq!(lines[5]["text"], "busy first | busy done | said by hand");
+    // A client that does not come back within --answer-within: the run is cancelled, and
+    // its late answer refused.
+    let quick = HttpServer::start(
+        dir.path(),
+        &[prompts.to_str().unwrap(), "--answer-within", "1"],
+        &[],
+    );
+    let late = python_client(
+        &tools,
+        dir.path(),
+        "expire",
+        &[&quick.url],
+        &[("ELICIT", "x"), ("WAIT", "2.5")],
+    );
+    assert_eq!(late[0]["refused"], true, "{late:?}");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !history_outcomes(dir.path())
+        .iter()
+        .any(|(p, o)| p.ends_with("interview.md") && o == "cancelled")
+    {
+        assert!(
+            Instant::now() < deadline,
+            "{:?}",
+            history_outcomes(dir.path())
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
     assert_eq!(lines[6]["refused"], "replayed");
     assert!(
         lines[6]["error"]

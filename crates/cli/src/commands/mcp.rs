@@ -101,6 +101,10 @@ struct ServeArgs {
     /// (or that asks its user) comes back as a task to poll; 0 makes every call a task.
     #[arg(long, value_name = "SECS", default_value_t = 2.0)]
     task_after: f64,
+    /// On MCP 2026-07-28, how long a run that asked its user waits for the client to come
+    /// back with the answer before it is cancelled.
+    #[arg(long, value_name = "SECS", default_value_t = 600, value_parser = clap::value_parser!(u64).range(1..=86_400))]
+    answer_within: u64,
 }
 
 #[derive(Debug, Args)]
@@ -1551,7 +1555,7 @@ fn serve(args: &ServeArgs) -> Result<ExitCode, String> {
         runtime: rt.handle().clone(),
         peers: Mutex::new(Vec::new()),
         subscriptions: Mutex::new(Vec::new()),
-        asking: ask::Asking::new()?,
+        asking: ask::Asking::new(Duration::from_secs(args.answer_within))?,
         tasks: rmcp::task_manager::TaskManager::new(),
         task_after: if args.task_after.is_finite() {
             args.task_after.clamp(0.0, 86_400.0)

@@ -190,11 +190,33 @@ async def modern(target, command):
             say(refused="replayed", error=str(e))
 
 
+async def expire(target):
+    """A 2026-07-28 client that asks and never answers in time."""
+    from mcp import Client
+    from mcp.shared.exceptions import MCPError
+
+    async with Client(target, mode="2026-07-28", elicitation_callback=on_elicit) as client:
+        first = await client.session.call_tool("interview", {}, allow_input_required=True)
+        answers = {k: types.ElicitResult(action="accept", content={"answer": "late"})
+                   for k in (first.input_requests or {})}
+        await anyio.sleep(float(os.environ.get("WAIT", "2.5")))
+        try:
+            await client.session.call_tool("interview", {}, input_responses=answers,
+                                           request_state=first.request_state,
+                                           allow_input_required=True)
+            say(refused=False, error=None)
+        except MCPError as e:
+            say(refused=True, error=str(e))
+
+
 async def main():
     global updated
     name, target, *command = sys.argv[1:]
     if name == "modern":
         await modern(target, command)
+        return
+    if name == "expire":
+        await expire(target)
         return
     changed = anyio.Event()
     updated = anyio.Event()

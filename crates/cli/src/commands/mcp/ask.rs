@@ -11,7 +11,7 @@
 //!   meanwhile, parked under a handle that travels in `requestState`. That value comes back
 //!   from the client, so it is attacker-controlled input: it is sealed with HMAC-SHA256 under a
 //!   key made when the server starts, bound to the tool and the arguments of the call, valid
-//!   for [`PARK_TTL`], and good for one answer (a round number inside must match the parked
+//!   for `--answer-within` (10 minutes by default), and good for one answer (a round number inside must match the parked
 //!   run's). A run whose client never comes back is cancelled when that time is up.
 
 use std::collections::{BTreeMap, HashMap};
@@ -30,9 +30,6 @@ use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 
 use crate::host::{Operator, RemoteOperator};
-
-/// How long a parked run waits for its client to come back with an answer.
-pub(super) const PARK_TTL: Duration = Duration::from_secs(600);
 
 /// The most runs parked at once: past it, a new question ends its call with a tool failure.
 const MAX_PARKED: usize = 256;
@@ -227,6 +224,8 @@ pub(super) enum Step {
 /// The parked runs of a server, and the key their handles are sealed with.
 pub(super) struct Asking {
     codec: RequestStateCodec,
+    /// How long a parked run waits for its answer.
+    ttl: Duration,
     parked: Arc<Mutex<HashMap<u64, Parked>>>,
     next: AtomicU64,
 }
@@ -264,12 +263,13 @@ fn binding(tool: &str, arguments: &JsonObject) -> Vec<u8> {
 impl Asking {
     /// A fresh key from the operating system: a state sealed by another server process (or
     /// before a restart) does not open here.
-    pub(super) fn new() -> Result<Asking, String> {
+    pub(super) fn new(ttl: Duration) -> Result<Asking, String> {
         let mut key = [0u8; 32];
         getrandom::fill(&mut key).map_err(|e| format!("cannot make a signing key: {e}"))?;
         let codec = RequestStateCodec::try_new(key.to_vec()).map_err(|e| e.to_string())?;
         Ok(Asking {
             codec,
+            ttl,
             parked: Arc::new(Mutex::new(HashMap::new())),
             next: AtomicU64::new(1),
         })
@@ -374,7 +374,7 @@ impl Asking {
             &Handle { handle, round },
             &SealOptions::new()
                 .associated_data(&binding(tool, arguments))
-                .ttl(PARK_TTL),
+                .ttl(self.ttl),
         );
         let sealed = match sealed {
             Ok(sealed) => sealed,
@@ -414,8 +414,9 @@ impl Asking {
         }
         // A client that never comes back: the run is cancelled when the state expires.
         let parked = Arc::clone(&self.parked);
+        let ttl = self.ttl;
         tokio::spawn(async move {
-            tokio::time::sleep(PARK_TTL).await;
+            tokio::time::sleep(ttl).await;
             let expired = {
                 let mut parked = parked.lock().unwrap_or_else(|e| e.into_inner());
                 match parked.get(&handle) {
@@ -448,6 +449,8 @@ mod tests {
     use super::*;
     use serde_json::json;
 
+    const PARK_TTL: Duration = Duration::from_secs(600);
+
     #[test]
     fn answers_are_read_from_the_form_or_what_the_client_sent() {
         assert_eq!(elicited_text(Some(json!({"answer": " a\n"}))), " a\n");
@@ -465,7 +468,7 @@ mod tests {
 
     #[test]
     fn a_sealed_state_is_bound_to_its_call_and_its_server() {
-        let asking = Asking::new().unwrap();
+        let asking = Asking::new(PARK_TTL).unwrap();
         let args: JsonObject =
             serde_json::from_value(json!({"b": 1, "a": {"y": 2, "x": 1}})).unwrap();
         let same: JsonObject =
@@ -489,7 +492,12 @@ mod tests {
         assert_eq!(asking.handle_of(&sealed, "t", &same), Some((7, 2)));
         assert_eq!(asking.handle_of(&sealed, "t", &other), None);
         assert_eq!(asking.handle_of(&sealed, "u", &args), None);
-        assert_eq!(Asking::new().unwrap().handle_of(&sealed, "t", &args), None);
+        assert_eq!(
+            Asking::new(PARK_TTL)
+                .unwrap()
+                .handle_of(&sealed, "t", &args),
+            None
+        );
         let mut tampered = sealed.clone().into_bytes();
         let last = tampered.len() - 1;
         tampered[last] = if tampered[last] == b'A' { b'B' } else { b'A' };
