@@ -391,6 +391,16 @@ fn line_text(text: Text<'_>, line: u32) -> &str {
 }
 
 /// An analysis position in the client's terms.
+/// The columns a leading byte-order mark takes on the first line in the client's buffer (a
+/// client that sends it holds it as a character; the analysis reads the text without it).
+fn bom_columns(text: Text<'_>, line: u32, utf8: bool) -> usize {
+    match (line, text.text.starts_with('\u{feff}')) {
+        (0, true) if utf8 => 3,
+        (0, true) => 1,
+        _ => 0,
+    }
+}
+
 fn position(text: Text<'_>, pos: Pos, utf8: bool) -> lsp::Position {
     let line = pos.line.saturating_sub(1);
     let content = line_text(text, line);
@@ -401,11 +411,12 @@ fn position(text: Text<'_>, pos: Pos, utf8: bool) -> lsp::Position {
         .rev()
         .find(|i| content.is_char_boundary(*i))
         .unwrap_or(0);
-    let character = if utf8 {
-        byte
-    } else {
-        content[..byte].encode_utf16().count()
-    };
+    let character = bom_columns(text, line, utf8)
+        + if utf8 {
+            byte
+        } else {
+            content[..byte].encode_utf16().count()
+        };
     lsp::Position {
         line,
         character: u32::try_from(character).unwrap_or(u32::MAX),
@@ -444,7 +455,8 @@ fn line_byte(content: &str, character: u32, utf8: bool) -> usize {
 /// A client position as an analysis position.
 fn pos(text: Text<'_>, p: lsp::Position, utf8: bool) -> Pos {
     let content = line_text(text, p.line);
-    let byte = line_byte(content, p.character, utf8);
+    let bom = u32::try_from(bom_columns(text, p.line, utf8)).unwrap_or(0);
+    let byte = line_byte(content, p.character.saturating_sub(bom), utf8);
     Pos {
         line: p.line + 1,
         col: u32::try_from(byte + 1).unwrap_or(u32::MAX),
@@ -495,14 +507,20 @@ mod tests {
             ),
             Pos { line: 2, col: 2 }
         );
-        // A byte-order mark is not a column of the first line.
+        // A byte-order mark is not a column of the analysis's first line, but it is a
+        // character of the client's buffer: positions both ways count it there.
         let raw = "\u{feff}ab";
         let starts = line_starts(raw);
         let text = Text {
             text: raw,
             starts: &starts,
         };
-        assert_eq!(position(text, Pos { line: 1, col: 2 }, false).character, 1);
+        let b = position(text, Pos { line: 1, col: 2 }, false);
+        assert_eq!(b.character, 2);
+        assert_eq!(pos(text, b, false), Pos { line: 1, col: 2 });
+        assert_eq!(position(text, Pos { line: 1, col: 2 }, true).character, 4);
+        // An edit at that position lands on the same byte of the text the client sent.
+        assert_eq!(&raw[offset(raw, b, false)..], "b");
         let raw = "a\nhé𝄞x\n";
         let at = |line, character| lsp::Position { line, character };
         assert_eq!(offset(raw, at(1, 4), false), 9);
