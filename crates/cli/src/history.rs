@@ -117,11 +117,16 @@ pub(crate) fn abandon_started() {
             params![id, json!({"outcome": "cancelled"}).to_string()],
         );
         if let (Ok(1), Some(journal)) = (updated, journal)
-            && Path::new(&journal).starts_with(journal_dir(&db))
+            && owns_journal(&db, Path::new(&journal))
         {
             let _ = std::fs::remove_file(journal);
         }
     }
+}
+
+/// Whether `journal` is one of this history's own journal files (not a run's `--record`).
+pub(crate) fn owns_journal(db: &Path, journal: &Path) -> bool {
+    journal.starts_with(journal_dir(db))
 }
 
 /// The folder of a history's journals.
@@ -332,6 +337,18 @@ impl History {
             )
             .map_err(err)?;
         Ok((id, journal))
+    }
+
+    /// Drop the row of a run that went in as it started but could not keep a journal (it is
+    /// added again, whole, when it ends).
+    pub(crate) fn forget(&mut self, id: i64) -> Result<(), String> {
+        self.conn
+            .execute(
+                "DELETE FROM runs WHERE id = ?1 AND outcome = 'unfinished'",
+                params![id],
+            )
+            .map(|_| ())
+            .map_err(|e| format!("the run history: {e}"))
     }
 
     /// Run `id` as `resume` needs it: whether it ended, and its journal.

@@ -529,11 +529,6 @@ impl Host {
                     run.cancel();
                 }
             }
-            if std::mem::take(&mut arrived) {
-                let files: Vec<Arc<std::fs::File>> =
-                    self.witnesses().filter_map(|w| w.durable()).collect();
-                self.sync(files);
-            }
             let step = run.step();
             steps += 1;
             for event in run.take_events() {
@@ -592,6 +587,14 @@ impl Host {
                 witness.step(&batch.issued, &commits, &batch.withdrawn, &|id| {
                     run.effect_task(id)
                 });
+            }
+            // Answers from outside that this step took (or that an effect issued ahead had
+            // and whose issue it committed) are made durable before anything it issued goes
+            // out: nothing the world sees depends on an answer a crash could lose.
+            if std::mem::take(&mut arrived) || !commits.renamed.is_empty() {
+                let files: Vec<Arc<std::fs::File>> =
+                    self.witnesses().filter_map(|w| w.durable()).collect();
+                self.sync(files);
             }
             for (id, effect) in batch.issued {
                 // Issued and withdrawn in one step: recorded above, never started.
@@ -663,30 +666,14 @@ impl Host {
                         continue;
                     }
                     // `--then-live`: what the record has no answer for is performed now.
-                    let live = replay.go_live_unanswered();
-                    // A store operation was performed already: its answer, not a second go;
-                    // an answer a killed run was given (`resume`) is given again.
-                    let known: Vec<Option<Answer>> = live
-                        .iter()
-                        .map(|(id, effect)| {
-                            replay
-                                .take_performed(*id)
-                                .or_else(|| replay.take_arrived(*id, effect))
-                        })
-                        .collect();
-                    for ((id, effect), known) in live.into_iter().zip(known) {
-                        let task = round_task(run, id, &effect);
-                        let started = match known {
-                            Some(answer) => {
-                                self.operator_answered(&effect);
-                                Started::Now(answer)
-                            }
-                            None => self.start(id, effect, task),
-                        };
-                        self.follow(run, &mut in_flight, id, started);
-                    }
+                    self.go_live(run, &mut in_flight);
                     continue;
                 }
+            }
+            // A replay that went live at a divergence in this step: the effects it had matched
+            // and the record has no answer for would otherwise wait for ever.
+            if self.replay.as_ref().is_some_and(|r| r.live) && self.go_live(run, &mut in_flight) {
+                continue;
             }
             // Use the wait: let the requests just started go out, then prepare the next
             // queued tasks (their section entries run now, their first requests held until a
@@ -696,6 +683,11 @@ impl Host {
             }
             while self.rx.is_empty() && !self.cancel.load(Ordering::Relaxed) && run.prepare_ahead()
             {
+            }
+            // A journal's lines reach the system before the wait (a kill while waiting leaves
+            // whole lines), without waiting for the disk.
+            for witness in self.witnesses() {
+                witness.idle();
             }
             // Wait for the next answer (or a Ctrl-C), then take every one that has arrived.
             // The runtime's tasks (rounds, timers, tool calls) make progress while it waits.
@@ -734,6 +726,38 @@ impl Host {
                 run.cancel();
             }
         }
+    }
+
+    /// A live replay performs the effects it matched that the record has no answer for: a
+    /// store operation gets the answer it had when performed from the record (never a second
+    /// go), an effect a killed run was answered (`resume`) its answer again, the rest go out.
+    /// Whether the run got an answer now.
+    fn go_live(&mut self, run: &mut Run, in_flight: &mut BTreeMap<EffectId, AbortHandle>) -> bool {
+        let Some(replay) = &mut self.replay else {
+            return false;
+        };
+        let live = replay.go_live_unanswered();
+        let known: Vec<Option<Answer>> = live
+            .iter()
+            .map(|(id, effect)| {
+                replay
+                    .take_performed(*id)
+                    .or_else(|| replay.take_arrived(*id, effect))
+            })
+            .collect();
+        let mut answered = false;
+        for ((id, effect), known) in live.into_iter().zip(known) {
+            let task = round_task(run, id, &effect);
+            let started = match known {
+                Some(answer) => {
+                    self.operator_answered(&effect);
+                    Started::Now(answer)
+                }
+                None => self.start(id, effect, task),
+            };
+            answered |= self.follow(run, in_flight, id, started);
+        }
+        answered
     }
 
     /// Sync files to the disk before the run steps on the answers they hold. The sync runs

@@ -116,6 +116,28 @@ fn journal_sync() -> bool {
     !std::env::var("PROMPTFORGE_JOURNAL_SYNC").is_ok_and(|v| v == "off")
 }
 
+/// Open a record file for writing: locked first (a run holds its record's lock while it
+/// lives; another run, or a second `resume`, is refused rather than emptying the file under
+/// it), then emptied.
+fn open_locked(path: &Path) -> std::io::Result<std::fs::File> {
+    let file = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(path)?;
+    match file.try_lock() {
+        Ok(()) => {}
+        Err(std::fs::TryLockError::WouldBlock) => {
+            return Err(std::io::Error::other(
+                "it is in use by another run (its lock is held)",
+            ));
+        }
+        Err(std::fs::TryLockError::Error(e)) => return Err(e),
+    }
+    file.set_len(0)?;
+    Ok(file)
+}
+
 /// Make a file's directory entry durable (a new or renamed journal).
 fn sync_dir(path: &Path) {
     if let Some(dir) = path.parent()
@@ -155,15 +177,16 @@ pub(crate) enum Written {
     File(PathBuf),
     /// In a temporary file, removed when this is dropped.
     Temp(tempfile::TempPath),
-    /// In the history's journal of the run, which the history removes once it keeps the run.
-    Journal(PathBuf),
+    /// In the history's journal of the run, which the history removes once it keeps the run;
+    /// the file stays open, and so locked, until then (a `resume` meanwhile is refused).
+    Journal(PathBuf, std::fs::File),
 }
 
 impl Written {
     /// The file holding the record.
     pub(crate) fn path(&self) -> &Path {
         match self {
-            Written::File(path) | Written::Journal(path) => path,
+            Written::File(path) | Written::Journal(path, _) => path,
             Written::Temp(path) => path,
         }
     }
@@ -172,8 +195,7 @@ impl Written {
 impl Recorder {
     /// Create (or truncate) the record file and write its header.
     pub(crate) fn create(path: &Path, header: &Header) -> Result<Recorder, String> {
-        let file =
-            std::fs::File::create(path).map_err(|e| format!("--record {}: {e}", path.display()))?;
+        let file = open_locked(path).map_err(|e| format!("--record {}: {e}", path.display()))?;
         Recorder::start(
             Sink::File(std::io::BufWriter::new(file)),
             Some(path),
@@ -204,8 +226,8 @@ impl Recorder {
             std::fs::create_dir_all(dir)
                 .map_err(|e| format!("the run journal {}: {e}", dir.display()))?;
         }
-        let file = std::fs::File::create(path)
-            .map_err(|e| format!("the run journal {}: {e}", path.display()))?;
+        let file =
+            open_locked(path).map_err(|e| format!("the run journal {}: {e}", path.display()))?;
         let mut recorder = Recorder::start(
             Sink::File(std::io::BufWriter::new(file)),
             Some(path),
@@ -221,22 +243,32 @@ impl Recorder {
     /// The journal of a resumed run: a new file at `path` (taking the old one's place) that
     /// starts with everything the old one was answered (`carried` lines), synced before the
     /// run starts, so a resume killed in turn loses nothing either.
+    /// `owned`: the journal is the history's own file (not the user's `--record` file, which
+    /// stays when the run is kept).
     pub(crate) fn resumed(
         path: &Path,
         old: &Record,
         invocation: &Invocation,
+        owned: bool,
     ) -> Result<Recorder, String> {
         let next = PathBuf::from(format!("{}.next", path.display()));
-        let file = std::fs::File::create(&next)
-            .map_err(|e| format!("the run journal {}: {e}", next.display()))?;
-        let mut recorder = Recorder::start(
+        let file =
+            open_locked(&next).map_err(|e| format!("the run journal {}: {e}", next.display()))?;
+        let started = Recorder::start(
             Sink::File(std::io::BufWriter::new(file)),
             Some(path),
             &old.header,
-        )?
-        .journaled(invocation)?;
+        )
+        .and_then(|r| r.journaled(invocation));
+        let mut recorder = match started {
+            Ok(recorder) => recorder,
+            Err(e) => {
+                let _ = std::fs::remove_file(&next);
+                return Err(e);
+            }
+        };
         if let Some(journal) = &mut recorder.journal {
-            journal.owned = true;
+            journal.owned = owned;
         }
         for (step, answers) in &old.answers {
             for (id, answer) in answers {
@@ -246,15 +278,22 @@ impl Recorder {
         for (id, answer) in &old.arrived {
             recorder.carried(*id, old.requests.get(id), answer, None);
         }
-        if let Some(file) = recorder.durable_now() {
-            file.sync_data()
-                .map_err(|e| format!("the run journal {}: {e}", next.display()))?;
+        let synced = match recorder.durable_now() {
+            Some(file) => file
+                .sync_data()
+                .map_err(|e| format!("the run journal {}: {e}", next.display())),
+            None => Ok(()),
+        };
+        let renamed = synced
+            .and_then(|()| recorder.failed.take().map_or(Ok(()), Err))
+            .and_then(|()| {
+                std::fs::rename(&next, path)
+                    .map_err(|e| format!("the run journal {}: {e}", path.display()))
+            });
+        if let Err(e) = renamed {
+            let _ = std::fs::remove_file(&next);
+            return Err(e);
         }
-        if let Some(failed) = recorder.failed.take() {
-            return Err(failed);
-        }
-        std::fs::rename(&next, path)
-            .map_err(|e| format!("the run journal {}: {e}", path.display()))?;
         sync_dir(path);
         Ok(recorder)
     }
@@ -267,17 +306,8 @@ impl Recorder {
             .path
             .as_ref()
             .map_or_else(String::new, |p| p.display().to_string());
-        if let Sink::File(out) = &self.out {
-            match out.get_ref().try_lock() {
-                Ok(()) => {}
-                Err(std::fs::TryLockError::WouldBlock) => {
-                    return Err(format!("the run journal {name} is in use by another run"));
-                }
-                Err(std::fs::TryLockError::Error(e)) => {
-                    return Err(format!("the run journal {name}: {e}"));
-                }
-            }
-        }
+        // The file was locked when it was opened (`open_locked`), and stays locked while the
+        // run lives.
         self.write(&json!({ "invocation": invocation }));
         let sync = match &self.out {
             Sink::File(out) if journal_sync() => {
@@ -337,7 +367,7 @@ impl Recorder {
         match flushed {
             Ok(()) => journal.sync.clone(),
             Err(e) => {
-                self.failed = Some(format!("cannot write the run journal: {e}"));
+                self.fail(format!("cannot write the run journal: {e}"));
                 None
             }
         }
@@ -374,7 +404,7 @@ impl Recorder {
                 .path
                 .as_ref()
                 .map_or("(a temporary file)".to_owned(), |p| p.display().to_string());
-            self.failed = Some(format!("cannot write the record {name}: {e}"));
+            self.fail(format!("cannot write the record {name}: {e}"));
         }
     }
 
@@ -407,9 +437,21 @@ impl Recorder {
         });
     }
 
-    /// Whether it writes a file the user named (`--record`), not a temporary one.
+    /// Whether it writes a file the user named (`--record`), not a temporary one or the
+    /// history's journal.
     pub(crate) fn is_file(&self) -> bool {
-        matches!(self.out, Sink::File(_))
+        matches!(self.out, Sink::File(_)) && !self.journal.as_ref().is_some_and(|j| j.owned)
+    }
+
+    /// A write failed: said at once (the run goes on, without its record or journal), and
+    /// again when the run ends.
+    fn fail(&mut self, message: String) {
+        if self.failed.is_none() {
+            crate::ui::print_line(&format!(
+                "warning: {message}; the run goes on without its record (it cannot be resumed if it is killed)"
+            ));
+            self.failed = Some(message);
+        }
     }
 
     /// The id a record keeps for an id the Host knows.
@@ -494,7 +536,7 @@ impl Recorder {
             Sink::File(out) | Sink::Temp(out, _) => write(out),
         };
         if let Err(e) = written {
-            self.failed = Some(format!("cannot write the record: {e}"));
+            self.fail(format!("cannot write the record: {e}"));
         }
     }
 
@@ -603,12 +645,13 @@ impl Recorder {
         }
         let owned = self.journal.as_ref().is_some_and(|j| j.owned);
         match self.out {
-            Sink::File(mut out) => {
+            Sink::File(out) => {
                 let path = self.path.unwrap_or_default();
-                out.flush()
-                    .map_err(|e| format!("cannot write the record {}: {e}", path.display()))?;
+                let file = out.into_inner().map_err(|e| {
+                    format!("cannot write the record {}: {}", path.display(), e.error())
+                })?;
                 if owned {
-                    Ok(Written::Journal(path))
+                    Ok(Written::Journal(path, file))
                 } else {
                     Ok(Written::File(path))
                 }
@@ -678,20 +721,32 @@ impl Record {
         // in the order that run took them); the resumed run takes those again first, then its
         // own. Both merge into one taking order.
         let mut carried: Vec<(u64, EffectId, Answer)> = Vec::new();
-        for (n, line) in lines {
-            let line = line.map_err(|e| bad(n, &e.to_string()))?;
+        // A journal's writer may have been killed in the middle of a line: its last line may
+        // be unfinished (cut anywhere, even inside a character). Only that line is forgiven.
+        let mut lines = lines.peekable();
+        while let Some((n, line)) = lines.next() {
+            let last = lines.peek().is_none();
+            let line = match line {
+                Ok(line) => line,
+                Err(_) if last => break,
+                Err(e) => return Err(bad(n, &e.to_string())),
+            };
             if line.trim().is_empty() {
                 continue;
             }
-            let value: Json =
-                serde_json::from_str(&line).map_err(|e| bad(n, &format!("not JSON ({e})")))?;
+            let value: Json = match serde_json::from_str(&line) {
+                Ok(value) => value,
+                Err(_) if last && record.outcome.is_none() => break,
+                Err(e) => return Err(bad(n, &format!("not JSON ({e})"))),
+            };
             let id = |key: &str| value.get(key).and_then(Json::as_u64);
             let answer_of = |v: &Json| -> Result<Answer, String> {
                 serde_json::from_value(v.clone())
                     .map_err(|e| bad(n, &format!("not an answer ({e})")))
             };
             if let (Some(id), Some(request)) = (id("effect"), value.get("request")) {
-                record.requests.entry(id).or_insert_with(|| request.clone());
+                // The run's own request, over what a resumed run carried for that id.
+                record.requests.insert(id, request.clone());
             } else if let (Some(effect), Some(answer)) = (id("arrived"), value.get("value")) {
                 record.arrived.insert(effect, answer_of(answer)?);
             } else if let (Some(effect), Some(answer)) = (id("carried"), value.get("value")) {
@@ -733,14 +788,24 @@ impl Record {
         }
         if !carried.is_empty() {
             carried.sort_by_key(|(step, _, _)| *step);
-            let own = std::mem::take(&mut record.answers);
+            let own: Vec<(EffectId, Answer)> = std::mem::take(&mut record.answers)
+                .into_values()
+                .flatten()
+                .collect();
+            // Where the resumed run took an answer of its own for an id, its answer stands,
+            // at the carried place.
+            let mut mine: HashMap<EffectId, Answer> = own.iter().cloned().collect();
             let mut seen = std::collections::HashSet::new();
-            let order = carried
+            let order: Vec<(EffectId, Answer)> = carried
                 .into_iter()
-                .map(|(_, id, answer)| (id, answer))
-                .chain(own.into_values().flatten())
-                .filter(|(id, _)| seen.insert(*id));
-            for (step, (id, answer)) in order.enumerate() {
+                .map(|(_, id, answer)| {
+                    let answer = mine.remove(&id).unwrap_or(answer);
+                    (id, answer)
+                })
+                .chain(own)
+                .filter(|(id, _)| seen.insert(*id))
+                .collect();
+            for (step, (id, answer)) in order.into_iter().enumerate() {
                 record.answers.insert(step as u64, vec![(id, answer)]);
             }
         }
@@ -1129,6 +1194,17 @@ impl Witness for Recorder {
         self.durable_now()
     }
 
+    fn idle(&mut self) {
+        if self.journal.is_some() && self.failed.is_none() {
+            let flushed = match &mut self.out {
+                Sink::File(out) | Sink::Temp(out, _) => out.flush(),
+            };
+            if let Err(e) = flushed {
+                self.fail(format!("cannot write the run journal: {e}"));
+            }
+        }
+    }
+
     fn cancelled(&mut self) {
         self.record_cancel();
     }
@@ -1227,7 +1303,7 @@ mod tests {
 
         // The resumed run's journal starts with both, then goes on: it takes 1 again, then 2,
         // then 0, whose answer only it got; killed again, what it kept merges in that order.
-        let mut resumed = Recorder::resumed(&path, &old, &invocation()).unwrap();
+        let mut resumed = Recorder::resumed(&path, &old, &invocation(), true).unwrap();
         issue(&mut resumed, &[0, 1, 2], &[]);
         resumed.record_answer(1, &value("one"));
         resumed.record_answer(2, &value("two"));
@@ -1245,6 +1321,36 @@ mod tests {
         assert_eq!(order, [(0, 1), (1, 2), (2, 0)]);
         assert!(again.arrived.is_empty());
         assert_eq!(again.requests.len(), 3);
+    }
+
+    #[test]
+    fn a_journal_cut_in_the_middle_of_a_line_still_loads() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("h-1.jsonl");
+        let mut recorder = Recorder::journal(&path, &header(), &invocation()).unwrap();
+        issue(&mut recorder, &[0], &[]);
+        recorder.record_answer(0, &value("zero"));
+        recorder.durable_now();
+        drop(recorder);
+        // The process died while writing a long line: half of it, cut inside a character.
+        let mut bytes = std::fs::read(&path).unwrap();
+        bytes.extend_from_slice("{\"effect\":1,\"request\":{\"x\":\"é".as_bytes());
+        bytes.pop();
+        std::fs::write(&path, &bytes).unwrap();
+        let record = Record::load(&path).unwrap();
+        assert_eq!(record.arrived.len(), 1);
+        assert_eq!(record.requests.len(), 1);
+        // A record that ended has no unfinished line to forgive.
+        let ended = dir.path().join("ended.jsonl");
+        std::fs::write(
+            &ended,
+            format!(
+                "{}\n{{\"outcome\":{{\"outcome\":\"cancelled\"}}}}\n{{\"effect\":",
+                serde_json::to_string(&header()).unwrap()
+            ),
+        )
+        .unwrap();
+        assert!(Record::load(&ended).is_err());
     }
 
     #[test]

@@ -446,8 +446,9 @@ pub(crate) fn keep_record(
                     info.price.as_ref(),
                     started,
                 )?;
-                // Kept: the journal has done its work.
-                if let crate::record::Written::Journal(path) = &written {
+                // Kept: the journal has done its work. It goes while its lock is still held,
+                // so no `resume` can take it up in between.
+                if let crate::record::Written::Journal(path, _locked) = &written {
                     let _ = std::fs::remove_file(path);
                 }
                 Ok(())

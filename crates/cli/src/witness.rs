@@ -30,12 +30,15 @@ pub(crate) trait Witness {
     /// The Host answered an effect; the run takes the answer next.
     fn answered(&mut self, _id: EffectId, _answer: &Answer) {}
 
-    /// The run is about to take answers that came from outside (a model, a tool, a timer, a
-    /// person): what must outlive a crash is written out now, and the file to sync to the
-    /// disk handed back; the Host syncs it before the run steps on those answers.
+    /// The run took answers that came from outside (a model, a tool, a timer, a person):
+    /// what must outlive a crash is written out now, and the file to sync to the disk handed
+    /// back; the Host syncs it before anything the step issued goes out.
     fn durable(&mut self) -> Option<std::sync::Arc<std::fs::File>> {
         None
     }
+
+    /// The Host is about to wait for answers.
+    fn idle(&mut self) {}
 
     /// A model round was answered from the response cache (before `answered`).
     fn cached(&mut self, _id: EffectId) {}

@@ -319,6 +319,7 @@ fn execute(
                 &resume.journal,
                 &resume.record,
                 &resume.invocation,
+                resume.owned,
             )?)
             .replay(crate::record::Replay::new(&resume.record, true));
         started_row = Some(resume.id);
@@ -351,7 +352,12 @@ fn execute(
     if let Some(divergence) = host.divergence().filter(|d| d.recorded.is_some()) {
         crate::ui::print_line(&format!(
             "note: the resumed run asked differently from the killed one; it went on live from there\n{}",
-            divergence.report(args.prompt_path(), args.prompt_path())
+            divergence.report(
+                args.resume
+                    .as_ref()
+                    .map_or(args.prompt_path(), |r| r.journal.as_path()),
+                args.prompt_path()
+            )
         ));
     }
     let record = host.take_recorder().map(|recorder| PendingRecord {
@@ -469,15 +475,23 @@ fn start_record(
         .as_deref()
         .map(|p| std::path::absolute(p).unwrap_or_else(|_| p.to_path_buf()));
     if let Some(db) = history {
-        let begun = crate::history::History::open(db)
-            .and_then(|mut h| h.begin(header, record_file.as_deref()))
-            .and_then(|(id, journal)| {
-                let recorder = match &record_file {
-                    Some(path) => Recorder::create(path, header)?.journaled(&invocation())?,
-                    None => Recorder::journal(&journal, header, &invocation())?,
-                };
-                Ok((recorder, id))
-            });
+        let begun = crate::history::History::open(db).and_then(|mut h| {
+            let (id, journal) = h.begin(header, record_file.as_deref())?;
+            let recorder = match &record_file {
+                Some(path) => {
+                    Recorder::create(path, header).and_then(|r| r.journaled(&invocation()))
+                }
+                None => Recorder::journal(&journal, header, &invocation()),
+            };
+            match recorder {
+                Ok(recorder) => Ok((recorder, id)),
+                Err(e) => {
+                    // No journal: the row made for it goes (the run is added when it ends).
+                    let _ = h.forget(id);
+                    Err(e)
+                }
+            }
+        });
         match begun {
             Ok((recorder, id)) => return Ok((Some(recorder), Some(id))),
             Err(e) => crate::ui::print_line(&format!(

@@ -20,7 +20,7 @@ use std::process::ExitCode;
 
 use clap::{Args, Parser};
 
-use crate::history::{History, Unfinished, is_running};
+use crate::history::{History, Unfinished};
 use crate::record::{Invocation, Record};
 use crate::report::Ui;
 
@@ -40,8 +40,13 @@ pub struct ResumeArgs {
 pub struct Resume {
     pub(crate) id: i64,
     pub(crate) journal: PathBuf,
+    /// The journal is the history's file (not the run's `--record` file).
+    pub(crate) owned: bool,
     pub(crate) record: Record,
     pub(crate) invocation: Invocation,
+    /// The old journal, open and locked from the check that no process runs it until the
+    /// resumed run's journal has taken its place (and while the run lasts).
+    pub(crate) _lock: std::fs::File,
 }
 
 pub fn resume(args: &ResumeArgs, ui: Ui) -> ExitCode {
@@ -81,20 +86,45 @@ fn prepare(args: &ResumeArgs) -> Result<super::RunArgs, String> {
         }
         Unfinished::Journal(journal) => journal,
     };
-    drop(history);
-    if is_running(&journal) {
-        return Err(format!(
-            "run {id} is still running (its process holds {}); resume continues a run whose process is gone",
-            journal.display()
-        ));
-    }
-    if !journal.is_file() {
-        return Err(format!(
-            "run {id} has not ended, but its journal {} is gone",
-            journal.display()
-        ));
+    let lock = match std::fs::File::open(&journal) {
+        Ok(file) => file,
+        Err(_) => {
+            return Err(format!(
+                "run {id} has not ended, but its journal {} is gone",
+                journal.display()
+            ));
+        }
+    };
+    match lock.try_lock() {
+        Ok(()) => {}
+        Err(std::fs::TryLockError::WouldBlock) => {
+            return Err(format!(
+                "run {id} is still running (its process holds {}); resume continues a run whose process is gone",
+                journal.display()
+            ));
+        }
+        Err(std::fs::TryLockError::Error(e)) => {
+            return Err(format!("the run journal {}: {e}", journal.display()));
+        }
     }
     let record = Record::load(&journal)?;
+    if let Some(outcome) = &record.outcome {
+        // The run ended, and its process died keeping it: the history takes it now.
+        let mut history = History::open(&db)?;
+        let file = std::fs::File::open(&journal)
+            .map_err(|e| format!("the run journal {}: {e}", journal.display()))?;
+        history.add(std::io::BufReader::new(file), 0, None, Some(id))?;
+        if crate::history::owns_journal(&db, &journal) {
+            let _ = std::fs::remove_file(&journal);
+        }
+        let outcome = outcome["outcome"].as_str().unwrap_or("ended");
+        return Err(format!(
+            "run {id} ended ({outcome}) before its process died, and is now in the history; a run that ended is not resumed.\n\
+             To run it again with the answers it got and go on live where they end: promptforge replay {id} --then-live"
+        ));
+    }
+    let owned = crate::history::owns_journal(&db, &journal);
+    drop(history);
     let Some(invocation) = record.invocation.clone() else {
         return Err(format!(
             "{} is not a run journal (it says nothing of how the run was started)",
@@ -136,8 +166,10 @@ fn prepare(args: &ResumeArgs) -> Result<super::RunArgs, String> {
     run_args.resume = Some(Resume {
         id,
         journal,
+        owned,
         record,
         invocation,
+        _lock: lock,
     });
     Ok(*run_args)
 }
