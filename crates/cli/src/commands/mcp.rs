@@ -652,9 +652,19 @@ impl PromptServer {
         let shared = self.0.clone();
         let job = {
             let cancel = cancel.clone();
+            // The turn goes with the run: its slot is free only when the run has ended.
             tokio::task::spawn_blocking(move || {
-                run_entry(&shared, &entry, args, cancel, (tx, rx), progress, operator)
+                let ended = run_entry(&shared, &entry, args, cancel, (tx, rx), progress, operator);
+                drop(turn);
+                ended
             })
+        };
+        // Dropped before the run ends (a task past its time, a request gone), this future
+        // cancels the run rather than leave it running unseen.
+        let stop = StopOnDrop {
+            cancel: cancel.clone(),
+            wake: wake.clone(),
+            armed: true,
         };
         tokio::pin!(job);
         let outcome = tokio::select! {
@@ -665,7 +675,7 @@ impl PromptServer {
                 job.await.map_err(|e| format!("the run stopped: {e}"))
             }
         };
-        drop(turn);
+        stop.disarm();
         outcome
     }
 
@@ -886,6 +896,28 @@ fn same_peer(a: &Peer<RoleServer>, b: &Peer<RoleServer>) -> bool {
     match (a.peer_info(), b.peer_info()) {
         (Some(a), Some(b)) => Arc::ptr_eq(&a, &b),
         _ => false,
+    }
+}
+
+/// Cancels a run when dropped, unless disarmed (the run ended).
+struct StopOnDrop {
+    cancel: Arc<AtomicBool>,
+    wake: tokio::sync::mpsc::UnboundedSender<crate::host::HostMessage>,
+    armed: bool,
+}
+
+impl StopOnDrop {
+    fn disarm(mut self) {
+        self.armed = false;
+    }
+}
+
+impl Drop for StopOnDrop {
+    fn drop(&mut self) {
+        if self.armed {
+            self.cancel.store(true, Ordering::Relaxed);
+            let _ = self.wake.send(crate::host::HostMessage::Wake);
+        }
     }
 }
 
@@ -1582,6 +1614,9 @@ fn serve(args: &ServeArgs) -> Result<ExitCode, String> {
                 serve_http(server, addr, token, args.allow_origin.clone(), idle).await
             }
         };
+        // Runs waiting for their users' answers, and calls running as tasks, end cancelled.
+        shared.asking.cancel_all().await;
+        shared.tasks.shutdown();
         shared.mcp.shutdown().await;
         served
     });

@@ -47,9 +47,19 @@ impl std::fmt::Debug for OAuthSetup {
     }
 }
 
-/// A server's tokens in a file of their own, readable by the user alone.
+/// A server's tokens in a file of their own, readable by the user alone, with the URL they
+/// were issued for: a table that names the same server name with another URL (a project
+/// file redefining `[mcp.servers.NAME]`) finds no tokens, never the other server's.
 struct FileCredentialStore {
     path: PathBuf,
+    url: String,
+}
+
+/// The token file's contents.
+#[derive(serde::Serialize, serde::Deserialize)]
+struct TokenFile {
+    url: String,
+    credentials: StoredCredentials,
 }
 
 fn store_error(path: &Path, e: impl std::fmt::Display) -> AuthError {
@@ -60,16 +70,23 @@ fn store_error(path: &Path, e: impl std::fmt::Display) -> AuthError {
 impl CredentialStore for FileCredentialStore {
     async fn load(&self) -> Result<Option<StoredCredentials>, AuthError> {
         match tokio::fs::read(&self.path).await {
-            Ok(bytes) => serde_json::from_slice(&bytes)
-                .map(Some)
-                .map_err(|e| store_error(&self.path, e)),
+            Ok(bytes) => match serde_json::from_slice::<TokenFile>(&bytes) {
+                Ok(file) if file.url == self.url => Ok(Some(file.credentials)),
+                // Tokens for another URL, or a file of another shape: none for this server
+                // (authorizing again replaces the file).
+                _ => Ok(None),
+            },
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
             Err(e) => Err(store_error(&self.path, e)),
         }
     }
 
     async fn save(&self, credentials: StoredCredentials) -> Result<(), AuthError> {
-        let bytes = serde_json::to_vec(&credentials).map_err(|e| store_error(&self.path, e))?;
+        let file = TokenFile {
+            url: self.url.clone(),
+            credentials,
+        };
+        let bytes = serde_json::to_vec(&file).map_err(|e| store_error(&self.path, e))?;
         let path = self.path.clone();
         tokio::task::spawn_blocking(move || write_private(&path, &bytes))
             .await
@@ -86,8 +103,8 @@ impl CredentialStore for FileCredentialStore {
     }
 }
 
-/// Write `bytes` to `path` so that only the user can read them: a new file created `0600` in
-/// the same folder (itself `0700`), then renamed over the old one.
+/// Write `bytes` to `path` so that only the user can read them: a new file of a unique name
+/// (created `0600`) in the same folder (itself `0700`), then renamed over the old one.
 fn write_private(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     use std::io::Write;
     let dir = path.parent().unwrap_or(Path::new("."));
@@ -97,30 +114,16 @@ fn write_private(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
         use std::os::unix::fs::PermissionsExt;
         std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))?;
     }
-    let mut options = std::fs::OpenOptions::new();
-    options.write(true).create_new(true);
+    let mut temp = tempfile::Builder::new().prefix(".token").tempfile_in(dir)?;
     #[cfg(unix)]
     {
-        use std::os::unix::fs::OpenOptionsExt;
-        options.mode(0o600);
+        use std::os::unix::fs::PermissionsExt;
+        temp.as_file()
+            .set_permissions(std::fs::Permissions::from_mode(0o600))?;
     }
-    let temp = dir.join(format!(
-        ".{}.{}.tmp",
-        path.file_name()
-            .map_or_else(String::new, |n| n.to_string_lossy().into_owned()),
-        std::process::id()
-    ));
-    let written = options.open(&temp).and_then(|mut file| {
-        file.write_all(bytes)?;
-        file.sync_all()
-    });
-    match written.and_then(|()| std::fs::rename(&temp, path)) {
-        Ok(()) => Ok(()),
-        Err(e) => {
-            let _ = std::fs::remove_file(&temp);
-            Err(e)
-        }
-    }
+    temp.write_all(bytes)?;
+    temp.as_file().sync_all()?;
+    temp.persist(path).map(|_| ()).map_err(|e| e.error)
 }
 
 /// The token file of server `name`.
@@ -154,6 +157,7 @@ pub(crate) async fn manager(
     let mut manager = made.map_err(|e| format!("OAuth for the MCP server at {url}: {e}"))?;
     manager.set_credential_store(FileCredentialStore {
         path: token_file(setup, name),
+        url: url.to_owned(),
     });
     manager
         .initialize_from_store()
@@ -262,7 +266,14 @@ pub(crate) async fn authorize(
         .map_err(|e| fail(&e))?;
     let address = state.get_authorization_url().await.map_err(|e| fail(&e))?;
     (setup.authorize)(name, &address);
-    let callback = tokio::time::timeout(AUTHORIZE_WITHIN, redirected(&listener))
+    // Only the redirect that carries this authorization's `state` ends the wait (another
+    // local process cannot end it, or slip in a code of its own).
+    let expected = url::Url::parse(&address).ok().and_then(|u| {
+        u.query_pairs()
+            .find(|(k, _)| k == "state")
+            .map(|(_, v)| v.into_owned())
+    });
+    let callback = tokio::time::timeout(AUTHORIZE_WITHIN, redirected(&listener, expected))
         .await
         .map_err(|_| {
             fail(&format!(
@@ -278,38 +289,74 @@ pub(crate) async fn authorize(
     Ok(())
 }
 
+/// How long one connection to the redirect listener may take to send its request line.
+const REQUEST_LINE_WITHIN: Duration = Duration::from_secs(5);
+
+/// The longest request line read (a redirect's query is a code and a state).
+const REQUEST_LINE_MAX: u64 = 8 * 1024;
+
+/// Answer one connection to the redirect listener with a small page.
+async fn answer(stream: &mut tokio::net::TcpStream, status: &str, text: &str) {
+    let page = format!("<!doctype html><title>promptforge</title><p>{text}</p>");
+    let head = format!(
+        "HTTP/1.1 {status}\r\nContent-Type: text/html; charset=utf-8\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+        page.len()
+    );
+    let _ = stream.write_all(format!("{head}{page}").as_bytes()).await;
+    let _ = stream.shutdown().await;
+}
+
 /// Wait for the browser's redirect to the loopback listener and answer it: the full callback
-/// URL (its query carries the code and state, or the authorization server's error). Written by
-/// hand: one GET request line is all there is to read, which a web framework would dwarf.
-async fn redirected(listener: &tokio::net::TcpListener) -> Result<String, String> {
+/// URL (its query carries the code and state). A request that is not this authorization's
+/// redirect (another path, another `state`, a connection that sends nothing) is turned away
+/// and the wait goes on; the authorization server's own error ends it. Written by hand: one
+/// GET request line is all there is to read, which a web framework would dwarf.
+async fn redirected(
+    listener: &tokio::net::TcpListener,
+    state: Option<String>,
+) -> Result<String, String> {
+    use tokio::io::AsyncReadExt;
     loop {
         let (stream, _) = listener.accept().await.map_err(|e| e.to_string())?;
-        let mut reader = tokio::io::BufReader::new(stream);
+        let mut reader = tokio::io::BufReader::new(stream.take(REQUEST_LINE_MAX));
         let mut line = String::new();
-        if reader.read_line(&mut line).await.is_err() {
+        let read = tokio::time::timeout(REQUEST_LINE_WITHIN, reader.read_line(&mut line)).await;
+        let mut stream = reader.into_inner().into_inner();
+        if !matches!(read, Ok(Ok(n)) if n > 0) {
             continue;
         }
         let target = line.split_whitespace().nth(1).unwrap_or("").to_owned();
-        let mut stream = reader.into_inner();
-        if !target.starts_with("/callback") {
-            let _ = stream
-                .write_all(
-                    b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\nConnection: close\r\n\r\n",
-                )
-                .await;
+        let query = url::Url::parse(&format!("http://127.0.0.1{target}")).ok();
+        let param = |key: &str| {
+            query.as_ref().and_then(|u| {
+                u.query_pairs()
+                    .find(|(k, _)| k == key)
+                    .map(|(_, v)| v.into_owned())
+            })
+        };
+        let ours = state.is_none() || param("state") == state;
+        if !target.starts_with("/callback") || !ours {
+            answer(&mut stream, "404 Not Found", "Not this authorization.").await;
             continue;
         }
-        let page = "<!doctype html><title>promptforge</title><p>Authorized. You can close this window and go back to the terminal.</p>";
-        let _ = stream
-            .write_all(
-                format!(
-                    "HTTP/1.1 200 OK\r\nContent-Type: text/html; charset=utf-8\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{page}",
-                    page.len()
-                )
-                .as_bytes(),
+        if let Some(error) = param("error") {
+            let detail = param("error_description").unwrap_or_default();
+            answer(
+                &mut stream,
+                "200 OK",
+                "Not authorized. You can close this window; the terminal says why.",
             )
             .await;
-        let _ = stream.shutdown().await;
+            return Err(format!("the authorization server said {error} {detail}")
+                .trim_end()
+                .to_owned());
+        }
+        answer(
+            &mut stream,
+            "200 OK",
+            "Authorized. You can close this window and go back to the terminal.",
+        )
+        .await;
         return Ok(format!("http://127.0.0.1{target}"));
     }
 }
@@ -343,6 +390,71 @@ mod tests {
             std::fs::read_dir(path.parent().unwrap()).unwrap().count(),
             1
         );
+    }
+
+    async fn get(port: u16, target: &str) -> String {
+        use tokio::io::AsyncReadExt;
+        let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", port))
+            .await
+            .unwrap();
+        stream
+            .write_all(format!("GET {target} HTTP/1.1\r\nHost: x\r\n\r\n").as_bytes())
+            .await
+            .unwrap();
+        let mut reply = String::new();
+        stream.read_to_string(&mut reply).await.unwrap();
+        reply
+    }
+
+    #[tokio::test]
+    async fn the_redirect_listener_takes_only_its_own_authorization() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let waiting =
+            tokio::spawn(async move { redirected(&listener, Some("s1".to_owned())).await });
+        // Another path, another state: turned away, and the wait goes on.
+        assert!(get(port, "/favicon.ico").await.starts_with("HTTP/1.1 404"));
+        assert!(
+            get(port, "/callback?code=evil&state=other")
+                .await
+                .starts_with("HTTP/1.1 404")
+        );
+        let reply = get(port, "/callback?code=c1&state=s1").await;
+        assert!(reply.contains("Authorized."), "{reply}");
+        assert_eq!(
+            waiting.await.unwrap().unwrap(),
+            "http://127.0.0.1/callback?code=c1&state=s1"
+        );
+        // The authorization server's refusal ends the wait with its words.
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let waiting =
+            tokio::spawn(async move { redirected(&listener, Some("s2".to_owned())).await });
+        let reply = get(port, "/callback?error=access_denied&state=s2").await;
+        assert!(reply.contains("Not authorized."), "{reply}");
+        assert_eq!(
+            waiting.await.unwrap(),
+            Err("the authorization server said access_denied".to_owned())
+        );
+    }
+
+    #[tokio::test]
+    async fn tokens_belong_to_the_url_they_were_issued_for() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("s.json");
+        let store = FileCredentialStore {
+            path: path.clone(),
+            url: "https://a.example/mcp".to_owned(),
+        };
+        let credentials: StoredCredentials =
+            serde_json::from_value(serde_json::json!({"client_id": "c"})).unwrap();
+        store.save(credentials).await.unwrap();
+        assert!(store.load().await.unwrap().is_some());
+        let other = FileCredentialStore {
+            path,
+            url: "https://b.example/mcp".to_owned(),
+        };
+        assert!(other.load().await.unwrap().is_none());
     }
 
     #[test]

@@ -11,7 +11,7 @@
 //!   meanwhile, parked under a handle that travels in `requestState`. That value comes back
 //!   from the client, so it is attacker-controlled input: it is sealed with HMAC-SHA256 under a
 //!   key made when the server starts, bound to the tool and the arguments of the call, valid
-//!   for `--answer-within` (10 minutes by default), and good for one answer (a round number inside must match the parked
+//!   for `--answer-within` (600 s by default), and good for one answer (a round number inside must match the parked
 //!   run's). A run whose client never comes back is cancelled when that time is up.
 
 use std::collections::{BTreeMap, HashMap};
@@ -275,6 +275,20 @@ impl Asking {
         })
     }
 
+    /// The server stops: every parked run is cancelled (so it ends, and its history says
+    /// `cancelled`), and waited for.
+    pub(super) async fn cancel_all(&self) {
+        let parked: Vec<Parked> = {
+            let mut parked = self.parked.lock().unwrap_or_else(|e| e.into_inner());
+            parked.drain().map(|(_, p)| p).collect()
+        };
+        for parked in parked {
+            parked.pending.cancel.cancel();
+            drop(parked.asked);
+            let _ = parked.pending.run.await;
+        }
+    }
+
     /// A client's answers to a parked run's questions, given back with the state its
     /// `input_required` result carried: the run, with the answers delivered, ready to go on.
     pub(super) fn resume(
@@ -297,7 +311,7 @@ impl Asking {
             }
         };
         let Some(parked) = parked else {
-            return Err("refused requestState: it was answered already, or its run ended (a run waits for its answer for at most 10 minutes)".to_owned());
+            return Err("refused requestState: it was answered already, or its run ended (a run waits for its answer for --answer-within seconds, 600 by default)".to_owned());
         };
         for (key, reply) in parked.asked {
             let answer = match responses.and_then(|r| r.get(&key)) {
