@@ -74,11 +74,17 @@ impl std::fmt::Debug for Connection {
     }
 }
 
+/// One server's connection, or the reason it has none, behind its own lock.
+type Slot = tokio::sync::Mutex<Option<Result<Arc<Connection>, String>>>;
+
 /// The Host's MCP Plugins: the configured servers, each started on first use.
 #[derive(Debug, Default)]
 pub struct McpPlugins {
     servers: BTreeMap<String, McpServerEntry>,
-    started: tokio::sync::Mutex<BTreeMap<String, Result<Arc<Connection>, String>>>,
+    /// Each server's slot: its connection once started (or why it could not be). A slot has
+    /// a lock of its own, so one server starting (or waiting for a person to authorize it)
+    /// never holds up another.
+    started: std::sync::Mutex<BTreeMap<String, Arc<Slot>>>,
     /// Where OAuth tokens live and how a person authorizes (servers with `oauth = true`).
     oauth: Option<OAuthSetup>,
 }
@@ -91,7 +97,7 @@ impl McpPlugins {
     pub fn new(servers: BTreeMap<String, McpServerEntry>) -> Self {
         McpPlugins {
             servers,
-            started: tokio::sync::Mutex::new(BTreeMap::new()),
+            started: std::sync::Mutex::new(BTreeMap::new()),
             oauth: None,
         }
     }
@@ -207,8 +213,9 @@ impl McpPlugins {
                     .and_then(|var| std::env::var(var).ok()),
                 scopes: entry.scopes.clone(),
             };
-            oauth::authorize(setup, name, url, Some(challenge), &identity).await?;
-            let fresh = self.reconnect(name).await?;
+            let fresh = self
+                .reauthorize(name, &connection, setup, url, challenge, &identity)
+                .await?;
             called = tokio::time::timeout(fresh.timeout, fresh.peer.call_tool(request)).await;
         }
         match called {
@@ -237,41 +244,81 @@ impl McpPlugins {
     /// which an MCP server exits) and given a second to go; a child still running then is
     /// killed when its handle drops.
     pub async fn shutdown(&self) {
-        let started = std::mem::take(&mut *self.started.lock().await);
-        let closing = started
-            .into_values()
-            .flatten()
-            .map(|connection| async move {
-                if let Some(mut service) = connection.service.lock().await.take() {
-                    let _ = service.close_with_timeout(Duration::from_secs(1)).await;
-                }
-            });
+        let slots: Vec<Arc<Slot>> =
+            std::mem::take(&mut *self.started.lock().unwrap_or_else(|e| e.into_inner()))
+                .into_values()
+                .collect();
+        let closing = slots.into_iter().map(|slot| async move {
+            if let Some(Ok(connection)) = slot.lock().await.take()
+                && let Some(mut service) = connection.service.lock().await.take()
+            {
+                let _ = service.close_with_timeout(Duration::from_secs(1)).await;
+            }
+        });
         futures_util::future::join_all(closing).await;
     }
 
-    /// Start the server's connection again (after a new authorization), in place of the old.
-    async fn reconnect(&self, name: &str) -> Result<Arc<Connection>, String> {
-        let old = self.started.lock().await.remove(name);
-        if let Some(Ok(old)) = old
+    /// The slot of server `name`.
+    fn slot(&self, name: &str) -> Arc<Slot> {
+        let mut started = self.started.lock().unwrap_or_else(|e| e.into_inner());
+        started.entry(name.to_owned()).or_default().clone()
+    }
+
+    /// Authorize server `name` again with the challenge a call on `used` met, and connect
+    /// anew, unless another call did so meanwhile (then its connection serves): one
+    /// authorization at a time per server, however many calls meet the challenge at once.
+    async fn reauthorize(
+        &self,
+        name: &str,
+        used: &Arc<Connection>,
+        setup: &OAuthSetup,
+        url: &str,
+        challenge: String,
+        identity: &oauth::ClientIdentity,
+    ) -> Result<Arc<Connection>, String> {
+        let slot = self.slot(name);
+        let mut current = slot.lock().await;
+        if let Some(Ok(newer)) = current.as_ref()
+            && !Arc::ptr_eq(newer, used)
+        {
+            return Ok(newer.clone());
+        }
+        oauth::authorize(setup, name, url, Some(challenge), identity).await?;
+        if let Some(Ok(old)) = current.take()
             && let Some(service) = old.service.lock().await.take()
         {
             let _ = service.cancel().await;
         }
-        self.connection(name).await
+        self.start_in(name, &mut current).await
     }
 
-    /// The server's connection, started on first use (a failure to start is kept, so every
-    /// run of this Host reports the same line without trying again).
+    /// The server's connection, started on first use. A failure to start is kept, so every
+    /// run of this Host reports the same line without trying again, except an OAuth
+    /// server's (the person may authorize on the next try).
     async fn connection(&self, name: &str) -> Result<Arc<Connection>, String> {
-        let mut started = self.started.lock().await;
-        if let Some(known) = started.get(name) {
+        let slot = self.slot(name);
+        let mut current = slot.lock().await;
+        if let Some(known) = current.as_ref() {
             return known.clone();
         }
-        let result = match self.servers.get(name) {
+        self.start_in(name, &mut current).await
+    }
+
+    /// Start server `name` into its (locked) slot.
+    async fn start_in(
+        &self,
+        name: &str,
+        current: &mut Option<Result<Arc<Connection>, String>>,
+    ) -> Result<Arc<Connection>, String> {
+        let entry = self.servers.get(name);
+        let result = match entry {
             Some(entry) => start(name, entry, self.oauth.as_ref()).await.map(Arc::new),
             None => Err(format!("no MCP server `{name}` is configured")),
         };
-        started.insert(name.to_owned(), result.clone());
+        let keep = result.is_ok() || !entry.is_some_and(|e| e.oauth);
+        if keep {
+            *current = Some(result.clone());
+        }
         result
     }
 }
