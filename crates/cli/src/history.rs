@@ -252,14 +252,26 @@ impl History {
         conn.pragma_update(None, "journal_size_limit", WAL_LIMIT as i64)
             .map_err(&err)?;
         // A database from before a column was added gets it: effects their task, runs their
-        // cost and their count of cached rounds.
-        for (table, column, declaration) in [
+        // cost, their count of cached rounds and their journal. Runs start in parallel and
+        // each opens the history as it starts: the check and the change go in one write
+        // transaction (taken at once, waiting its turn), so two never add the same column.
+        conn.execute_batch("BEGIN IMMEDIATE").map_err(&err)?;
+        let added = [
             ("effects", "task", "TEXT"),
             ("runs", "cost", "REAL"),
             ("runs", "cached_rounds", "INTEGER NOT NULL DEFAULT 0"),
             ("runs", "journal", "TEXT"),
-        ] {
-            add_missing_column(&conn, table, column, declaration).map_err(&err)?;
+        ]
+        .into_iter()
+        .try_for_each(|(table, column, declaration)| {
+            add_missing_column(&conn, table, column, declaration)
+        });
+        match added {
+            Ok(()) => conn.execute_batch("COMMIT").map_err(&err)?,
+            Err(e) => {
+                let _ = conn.execute_batch("ROLLBACK");
+                return Err(err(e));
+            }
         }
         Ok(History { conn, _copy: None })
     }
