@@ -134,7 +134,11 @@ fn open_locked(path: &Path) -> std::io::Result<std::fs::File> {
         }
         Err(std::fs::TryLockError::Error(e)) => return Err(e),
     }
-    file.set_len(0)?;
+    // A regular file is emptied; a device or a pipe (`--record /dev/stdout`) has nothing to
+    // empty.
+    if file.metadata()?.is_file() {
+        file.set_len(0)?;
+    }
     Ok(file)
 }
 
