@@ -748,11 +748,11 @@ impl PromptServer {
     }
 
     /// A tool call from a client that declared the tasks extension (SEP-2663). The server
-    /// decides per call: the run starts as a task, and when it ends within `--task-after`
-    /// its result comes back as usual; when it runs longer, or asks its user first, the call
-    /// returns the task and the client polls `tasks/get` for its status and result, answers
-    /// its asks with `tasks/update` and can stop it with `tasks/cancel`. A run longer than
-    /// the client's request timeout is so not lost; the result is kept for [`TASK_TTL_MS`].
+    /// decides per call: a run that ends within `--task-after` returns its result as usual;
+    /// one that runs longer, or asks its user first, becomes a task the client polls with
+    /// `tasks/get` (its asks are the task's input requests, answered with `tasks/update`;
+    /// `tasks/cancel` cancels it). A run longer than the client's request timeout is so not
+    /// lost; a task lives for [`TASK_TTL_MS`] from when it is made.
     async fn call_as_task(
         &self,
         entry: Arc<Entry>,
@@ -761,76 +761,38 @@ impl PromptServer {
     ) -> Result<CallToolResponse, ErrorData> {
         use rmcp::task_manager::{TaskExit, TaskOptions};
         let server = self.clone();
-        let elicits = ask::can_elicit(cx);
         let name = entry.tool.name.to_string();
+        let pending = ask::Pending::start_asking(ask::can_elicit(cx), |operator, cancel| {
+            tokio::spawn(async move { server.run(entry, args, cancel, None, operator).await })
+        });
+        let wait = Duration::from_secs_f64(self.0.task_after);
+        let (pending, first) = match pending.decide(wait, &cx.ct).await {
+            ask::TaskStart::Ended(Ok((outcome, output))) => {
+                return Ok(
+                    tool_result(&outcome, output.as_ref().map(|o| (name.as_str(), o))).into(),
+                );
+            }
+            ask::TaskStart::Ended(Err(message)) => {
+                return Err(ErrorData::internal_error(message, None));
+            }
+            ask::TaskStart::Task(pending, first) => (pending, first),
+        };
         let options = TaskOptions::new()
             .with_ttl_ms(TASK_TTL_MS)
             .with_poll_interval_ms(TASK_POLL_MS)
             .with_status_message(format!("running {name}"));
-        // How the task goes, for the decision below: still running, asking, or ended (with
-        // the result this call returns when it ends in time).
-        let (phase, mut watching) = tokio::sync::watch::channel(TaskPhase::Running);
-        let phase = Arc::new(phase);
         let task = self.0.tasks.spawn(options, move |task| {
             Box::pin(async move {
-                let operator = if elicits {
-                    let asking = phase.clone();
-                    ask::asking_task(&task, &name, move || {
-                        let _ = asking.send(TaskPhase::Asking);
-                    })
-                } else {
-                    Operator::Nobody
-                };
-                let cancel = tokio_util::sync::CancellationToken::new();
-                let run = server.run(entry, args, cancel.clone(), None, operator);
-                tokio::pin!(run);
-                let ended = tokio::select! {
-                    ended = &mut run => ended,
-                    () = task.cancelled() => {
-                        cancel.cancel();
-                        run.await
-                    }
-                };
-                let (result, shown) = match ended {
-                    Ok((Outcome::Cancelled, _)) => (
-                        Err(TaskExit::Cancelled),
-                        Ok(tool_result(&Outcome::Cancelled, None)),
-                    ),
-                    Ok((outcome, output)) => {
-                        let called =
-                            tool_result(&outcome, output.as_ref().map(|o| (name.as_str(), o)));
-                        (Ok(called.clone()), Ok(called))
-                    }
-                    Err(message) => {
-                        let error = ErrorData::internal_error(message, None);
-                        (Err(TaskExit::Error(error.clone())), Err(error))
-                    }
-                };
-                let _ = phase.send(TaskPhase::Ended(shown));
-                result
+                match pending.run_as_task(first, name.clone(), task).await {
+                    Ok((Outcome::Cancelled, _)) => Err(TaskExit::Cancelled),
+                    Ok((outcome, output)) => Ok(tool_result(
+                        &outcome,
+                        output.as_ref().map(|o| (name.as_str(), o)),
+                    )),
+                    Err(message) => Err(TaskExit::Error(ErrorData::internal_error(message, None))),
+                }
             })
         });
-        let decided = async {
-            loop {
-                if !matches!(*watching.borrow_and_update(), TaskPhase::Running) {
-                    return;
-                }
-                if watching.changed().await.is_err() {
-                    return;
-                }
-            }
-        };
-        let wait = Duration::from_secs_f64(self.0.task_after);
-        tokio::select! {
-            _ = tokio::time::timeout(wait, decided) => {}
-            // A call cancelled before it became a task cancels its run.
-            () = cx.ct.cancelled() => {
-                let _ = self.0.tasks.cancel_task(&task.task_id);
-            }
-        }
-        if let TaskPhase::Ended(ended) = &*watching.borrow() {
-            return ended.clone().map(CallToolResponse::from);
-        }
         Ok(rmcp::model::CreateTaskResult::new(task).into())
     }
 
@@ -872,16 +834,7 @@ impl PromptServer {
     }
 }
 
-/// How a call run as a task is going, for deciding what the call returns.
-#[derive(Debug, Clone)]
-enum TaskPhase {
-    Running,
-    /// It asks its user: the client must see the task to answer.
-    Asking,
-    Ended(Result<CallToolResult, ErrorData>),
-}
-
-/// How long a task's result is kept after its call (an hour).
+/// How long a task lives from when it is made (an hour).
 const TASK_TTL_MS: u64 = 60 * 60 * 1000;
 
 /// How often a client is asked to poll a task.

@@ -57,36 +57,6 @@ pub(super) fn asking_peer(peer: &Peer<RoleServer>, name: &str) -> Operator {
     })))
 }
 
-/// The operator for a call run as a task (SEP-2663): each ask is an input request of the
-/// task, which the client sees in `tasks/get` and answers with `tasks/update`.
-/// `asking` is told each time a question goes out (the call that started the task then
-/// returns it, so the client can see the question).
-pub(super) fn asking_task(
-    task: &rmcp::task_manager::TaskContext,
-    name: &str,
-    asking: impl Fn() + Send + Sync + 'static,
-) -> Operator {
-    let (task, name) = (task.clone(), name.to_owned());
-    let asked = Arc::new(AtomicU64::new(0));
-    let asking = Arc::new(asking);
-    Operator::Remote(RemoteOperator(Arc::new(move |section| {
-        let (task, name, asked, asking) =
-            (task.clone(), name.clone(), asked.clone(), asking.clone());
-        Box::pin(async move {
-            let params = form(&name, section.as_deref())?;
-            let key = format!("ask-{}", asked.fetch_add(1, Ordering::Relaxed) + 1);
-            asking();
-            let reply = task
-                .request_input(key, InputRequest::Elicitation(ElicitRequest::new(params)))
-                .await
-                .map_err(|_| "the task was cancelled before its user answered".to_owned())?;
-            let result: rmcp::model::ElicitResult = serde_json::from_value(reply)
-                .map_err(|e| format!("the client's answer is not an elicitation result: {e}"))?;
-            answer_of(result.action, result.content)
-        })
-    })))
-}
-
 /// The Host's message for an ask: which prompt and section ask (the ask has no question of its
 /// own, chapter 05).
 fn message(name: &str, section: Option<&str>) -> String {
@@ -154,8 +124,8 @@ pub(super) fn elicited_text(content: Option<Json>) -> String {
     content.to_string()
 }
 
-/// One question a run asks on a 2026-07-28 call, with where its answer goes.
-struct Question {
+/// One question a run asks on a 2026-07-28 call (or a task's), with where its answer goes.
+pub(super) struct Question {
     section: Option<String>,
     reply: oneshot::Sender<Result<String, String>>,
 }
@@ -170,13 +140,48 @@ pub(super) struct Pending {
     cancel: CancellationToken,
 }
 
+/// How a call from a client that takes tasks goes, once decided: its run ended in time, or it
+/// becomes a task (the first question out, if that is what decided it).
+pub(super) enum TaskStart {
+    Ended(Ended),
+    Task(Pending, Option<Question>),
+}
+
+/// Cancels a run when dropped (a task future dropped before its run ended).
+struct CancelOnDrop(CancellationToken);
+
+impl Drop for CancelOnDrop {
+    fn drop(&mut self) {
+        self.0.cancel();
+    }
+}
+
 impl Pending {
     /// Start a call's run with an operator that asks through `input_required` results:
     /// `start` gets the operator and the run's cancel token, and returns the run.
     pub(super) fn start(
         start: impl FnOnce(Operator, CancellationToken) -> tokio::task::JoinHandle<Ended>,
     ) -> Pending {
+        Pending::start_asking(true, start)
+    }
+
+    /// The same, with no operator at all when `asks` is false (a client that cannot ask its
+    /// user: the run's asks get the no-operator answer, and no question ever comes out).
+    pub(super) fn start_asking(
+        asks: bool,
+        start: impl FnOnce(Operator, CancellationToken) -> tokio::task::JoinHandle<Ended>,
+    ) -> Pending {
         let (tx, questions) = mpsc::unbounded_channel::<Question>();
+        if !asks {
+            drop(tx);
+            let cancel = CancellationToken::new();
+            let run = start(Operator::Nobody, cancel.clone());
+            return Pending {
+                run,
+                questions,
+                cancel,
+            };
+        }
         let operator = Operator::Remote(RemoteOperator(Arc::new(move |section| {
             let tx = tx.clone();
             Box::pin(async move {
@@ -194,6 +199,85 @@ impl Pending {
             run,
             questions,
             cancel,
+        }
+    }
+
+    /// Wait up to `wait` for the run to end (its result goes back as usual) or to ask its
+    /// user (then it becomes a task at once, so the client can see the question); past
+    /// `wait` it becomes a task. The request cancelled meanwhile cancels the run.
+    pub(super) async fn decide(mut self, wait: Duration, ct: &CancellationToken) -> TaskStart {
+        let joined = |ended: Result<Ended, tokio::task::JoinError>| {
+            ended.unwrap_or_else(|e| Err(format!("the run stopped: {e}")))
+        };
+        tokio::select! {
+            ended = &mut self.run => TaskStart::Ended(joined(ended)),
+            Some(question) = self.questions.recv() => TaskStart::Task(self, Some(question)),
+            () = tokio::time::sleep(wait) => TaskStart::Task(self, None),
+            () = ct.cancelled() => {
+                self.cancel.cancel();
+                let ended = (&mut self.run).await;
+                TaskStart::Ended(joined(ended))
+            }
+        }
+    }
+
+    /// The rest of the run as a task (SEP-2663): each question becomes an input request of
+    /// the task (`tasks/get` shows it, `tasks/update` answers it), `tasks/cancel` cancels the
+    /// run, and the task's future dropped early (past its time) cancels it too.
+    pub(super) async fn run_as_task(
+        self,
+        first: Option<Question>,
+        name: String,
+        task: rmcp::task_manager::TaskContext,
+    ) -> Ended {
+        let Pending {
+            mut run,
+            mut questions,
+            cancel,
+        } = self;
+        let _stop = CancelOnDrop(cancel.clone());
+        let mut asked = 0u64;
+        let mut ask = |question: Question| {
+            asked += 1;
+            let (task, name, key) = (task.clone(), name.clone(), format!("ask-{asked}"));
+            tokio::spawn(async move {
+                let answer = match form(&name, question.section.as_deref()) {
+                    Ok(params) => {
+                        let request = InputRequest::Elicitation(ElicitRequest::new(params));
+                        match task.request_input(key, request).await {
+                            Ok(reply) => {
+                                match serde_json::from_value::<rmcp::model::ElicitResult>(reply) {
+                                    Ok(result) => answer_of(result.action, result.content),
+                                    Err(e) => Err(format!(
+                                        "the client's answer is not an elicitation result: {e}"
+                                    )),
+                                }
+                            }
+                            Err(_) => {
+                                Err("the task was cancelled before its user answered".to_owned())
+                            }
+                        }
+                    }
+                    Err(message) => Err(message),
+                };
+                let _ = question.reply.send(answer);
+            });
+        };
+        if let Some(question) = first {
+            ask(question);
+        }
+        let joined = |ended: Result<Ended, tokio::task::JoinError>| {
+            ended.unwrap_or_else(|e| Err(format!("the run stopped: {e}")))
+        };
+        loop {
+            tokio::select! {
+                ended = &mut run => return joined(ended),
+                Some(question) = questions.recv() => ask(question),
+                () = task.cancelled() => {
+                    cancel.cancel();
+                    return joined((&mut run).await);
+                }
+            }
         }
     }
 }
