@@ -66,6 +66,35 @@ fn add_missing_column(
 /// The outcome a run's row holds until the run ends.
 pub(crate) const UNFINISHED: &str = "unfinished";
 
+/// Add a run's row from its record's header (`header_line` its text), with `outcome` until
+/// the record is read: the row's id.
+fn insert_run(
+    conn: &Connection,
+    header: &Header,
+    header_line: &str,
+    outcome: &str,
+    wall_ms: i64,
+) -> rusqlite::Result<i64> {
+    conn.execute(
+        "INSERT INTO runs (prompt, prompt_sha256, seed, started_at, args, model, outcome,
+             wall_ms, rounds, prompt_tokens, completion_tokens, header, events, cancels,
+             outcome_json)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, 0, 0, 0, ?9, '', '[]', 'null')",
+        params![
+            header.prompt.path.display().to_string(),
+            header.prompt.sha256,
+            header.seed.to_string(),
+            header.when,
+            header.args,
+            header.host.model.as_ref().map(|m| m.id.clone()),
+            outcome,
+            wall_ms,
+            header_line,
+        ],
+    )?;
+    Ok(conn.last_insert_rowid())
+}
+
 /// Where a history keeps the journal of run `id`: `journal/` beside the database, named after
 /// it (two histories in one folder keep apart).
 fn journal_path(db: &Path, id: i64) -> PathBuf {
@@ -322,24 +351,7 @@ impl History {
     ) -> Result<(i64, PathBuf), String> {
         let err = |e: rusqlite::Error| format!("the run history: {e}");
         let header_line = serde_json::to_string(header).map_err(|e| e.to_string())?;
-        self.conn
-            .execute(
-                "INSERT INTO runs (prompt, prompt_sha256, seed, started_at, args, model, outcome,
-                     wall_ms, rounds, prompt_tokens, completion_tokens, header, events, cancels,
-                     outcome_json)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, 'unfinished', 0, 0, 0, 0, ?7, '', '[]', 'null')",
-                params![
-                    header.prompt.path.display().to_string(),
-                    header.prompt.sha256,
-                    header.seed.to_string(),
-                    header.when,
-                    header.args,
-                    header.host.model.as_ref().map(|m| m.id.clone()),
-                    header_line,
-                ],
-            )
-            .map_err(err)?;
-        let id = self.conn.last_insert_rowid();
+        let id = insert_run(&self.conn, header, &header_line, UNFINISHED, 0).map_err(err)?;
         let db = self.conn.path().map(PathBuf::from).unwrap_or_default();
         let journal = journal.map_or_else(|| journal_path(&db, id), Path::to_path_buf);
         self.conn
@@ -422,28 +434,9 @@ impl History {
             }
             None => false,
         };
-        if !updated {
-            tx.execute(
-                "INSERT INTO runs (prompt, prompt_sha256, seed, started_at, args, model, outcome,
-                 wall_ms, rounds, prompt_tokens, completion_tokens, header, events, cancels,
-                 outcome_json)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, 'unknown', ?7, 0, 0, 0, ?8, '', '[]', 'null')",
-                params![
-                    header.prompt.path.display().to_string(),
-                    header.prompt.sha256,
-                    header.seed.to_string(),
-                    header.when,
-                    header.args,
-                    header.host.model.as_ref().map(|m| m.id.clone()),
-                    wall_ms as i64,
-                    header_line,
-                ],
-            )
-            .map_err(err)?;
-        }
         let run_id = match (updated, started) {
             (true, Some(id)) => id,
-            _ => tx.last_insert_rowid(),
+            _ => insert_run(&tx, &header, &header_line, "unknown", wall_ms as i64).map_err(err)?,
         };
         let mut cancels: Vec<u64> = Vec::new();
         let mut outcome = Json::Null;

@@ -232,16 +232,12 @@ impl Recorder {
         }
         let file =
             open_locked(path).map_err(|e| format!("the run journal {}: {e}", path.display()))?;
-        let mut recorder = Recorder::start(
+        Recorder::start(
             Sink::File(std::io::BufWriter::new(file)),
             Some(path),
             header,
         )?
-        .journaled(invocation)?;
-        if let Some(journal) = &mut recorder.journal {
-            journal.owned = true;
-        }
-        Ok(recorder)
+        .journaled(invocation, true)
     }
 
     /// The journal of a resumed run: a new file at `path` (taking the old one's place) that
@@ -263,7 +259,7 @@ impl Recorder {
             Some(path),
             &old.header,
         )
-        .and_then(|r| r.journaled(invocation));
+        .and_then(|r| r.journaled(invocation, owned));
         let mut recorder = match started {
             Ok(recorder) => recorder,
             Err(e) => {
@@ -271,9 +267,6 @@ impl Recorder {
                 return Err(e);
             }
         };
-        if let Some(journal) = &mut recorder.journal {
-            journal.owned = owned;
-        }
         for (step, answers) in &old.answers {
             for (id, answer) in answers {
                 recorder.carried(*id, old.requests.get(id), answer, Some(*step));
@@ -305,7 +298,13 @@ impl Recorder {
     /// Make this record the run's journal too: hold the file's lock while the run lasts (so
     /// `resume` can tell a running run from a killed one), keep how the run was started, and
     /// write answers as they arrive.
-    pub(crate) fn journaled(mut self, invocation: &Invocation) -> Result<Recorder, String> {
+    /// `owned`: the file is the history's own (removed once the run is kept), not the user's
+    /// `--record` file.
+    pub(crate) fn journaled(
+        mut self,
+        invocation: &Invocation,
+        owned: bool,
+    ) -> Result<Recorder, String> {
         let name = self
             .path
             .as_ref()
@@ -326,7 +325,7 @@ impl Recorder {
         self.journal = Some(Journal {
             dirty: true,
             sync,
-            owned: false,
+            owned,
         });
         if let Some(file) = self.durable_now() {
             file.sync_data()

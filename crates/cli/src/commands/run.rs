@@ -479,7 +479,7 @@ fn start_record(
             let (id, journal) = h.begin(header, record_file.as_deref())?;
             let recorder = match &record_file {
                 Some(path) => {
-                    Recorder::create(path, header).and_then(|r| r.journaled(&invocation()))
+                    Recorder::create(path, header).and_then(|r| r.journaled(&invocation(), false))
                 }
                 None => Recorder::journal(&journal, header, &invocation()),
             };
