@@ -811,16 +811,21 @@ impl PromptServer {
         let _ = self.0.changes.send(());
     }
 
+    /// The resource subscriptions of the clients still connected.
+    fn subscriptions(&self) -> std::sync::MutexGuard<'_, Vec<(Peer<RoleServer>, String)>> {
+        let mut subscriptions = self
+            .0
+            .subscriptions
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        subscriptions.retain(|(p, _)| !p.is_transport_closed());
+        subscriptions
+    }
+
     /// Tell the clients subscribed to these prompt files' resources that they changed.
     async fn updated(&self, names: &[String]) {
         let told: Vec<(Peer<RoleServer>, String)> = {
-            let mut subscriptions = self
-                .0
-                .subscriptions
-                .lock()
-                .unwrap_or_else(|e| e.into_inner());
-            subscriptions.retain(|(p, _)| !p.is_transport_closed());
-            subscriptions
+            self.subscriptions()
                 .iter()
                 .filter(|(_, uri)| names.iter().any(|name| *uri == prompt_uri(name)))
                 .cloned()
@@ -1376,12 +1381,7 @@ impl ServerHandler for PromptServer {
         request: rmcp::model::SubscribeRequestParams,
         cx: RequestContext<RoleServer>,
     ) -> Result<(), ErrorData> {
-        let mut subscriptions = self
-            .0
-            .subscriptions
-            .lock()
-            .unwrap_or_else(|e| e.into_inner());
-        subscriptions.retain(|(p, _)| !p.is_transport_closed());
+        let mut subscriptions = self.subscriptions();
         if subscriptions.len() >= MAX_SUBSCRIPTIONS {
             return Err(ErrorData::invalid_request(
                 format!(
@@ -1400,13 +1400,8 @@ impl ServerHandler for PromptServer {
         request: rmcp::model::UnsubscribeRequestParams,
         cx: RequestContext<RoleServer>,
     ) -> Result<(), ErrorData> {
-        let mut subscriptions = self
-            .0
-            .subscriptions
-            .lock()
-            .unwrap_or_else(|e| e.into_inner());
-        // The peer handles of one connection share its sink: compare by that.
-        subscriptions.retain(|(p, uri)| !(*uri == request.uri && same_peer(p, &cx.peer)));
+        self.subscriptions()
+            .retain(|(p, uri)| !(*uri == request.uri && same_peer(p, &cx.peer)));
         Ok(())
     }
 

@@ -205,14 +205,7 @@ impl McpPlugins {
             && entry.oauth
             && let Some(url) = &entry.url
         {
-            let identity = oauth::ClientIdentity {
-                client_id: entry.client_id.clone(),
-                client_secret: entry
-                    .client_secret_env
-                    .as_ref()
-                    .and_then(|var| std::env::var(var).ok()),
-                scopes: entry.scopes.clone(),
-            };
+            let identity = oauth::ClientIdentity::of(entry)?;
             let fresh = self
                 .reauthorize(name, &connection, setup, url, challenge, &identity)
                 .await?;
@@ -341,25 +334,7 @@ async fn connect_with_oauth(
     ),
     String,
 > {
-    let client_secret = match &entry.client_secret_env {
-        Some(var) => match std::env::var(var) {
-            Ok(secret) if !secret.is_empty() => {
-                crate::secrets::register(&secret);
-                Some(secret)
-            }
-            _ => {
-                return Err(format!(
-                    "the client secret variable {var} (named in `client_secret_env`) is not set"
-                ));
-            }
-        },
-        None => None,
-    };
-    let identity = oauth::ClientIdentity {
-        client_id: entry.client_id.clone(),
-        client_secret,
-        scopes: entry.scopes.clone(),
-    };
+    let identity = oauth::ClientIdentity::of(entry)?;
     let mut authorized = false;
     loop {
         let manager = oauth::manager(setup, name, url).await?;

@@ -227,6 +227,31 @@ pub(crate) struct ClientIdentity {
     pub scopes: Vec<String>,
 }
 
+impl ClientIdentity {
+    /// The identity a server's table gives, its secret read from the variable it names.
+    pub(crate) fn of(entry: &super::McpServerEntry) -> Result<ClientIdentity, String> {
+        let client_secret = match &entry.client_secret_env {
+            Some(var) => match std::env::var(var) {
+                Ok(secret) if !secret.is_empty() => {
+                    crate::secrets::register(&secret);
+                    Some(secret)
+                }
+                _ => {
+                    return Err(format!(
+                        "the client secret variable {var} (named in `client_secret_env`) is not set"
+                    ));
+                }
+            },
+            None => None,
+        };
+        Ok(ClientIdentity {
+            client_id: entry.client_id.clone(),
+            client_secret,
+            scopes: entry.scopes.clone(),
+        })
+    }
+}
+
 /// Run the authorization-code flow once for server `name` at `url`, seeded by its challenge:
 /// register (or use the configured client), show the person the URL, wait for the redirect
 /// on a loopback port, exchange the code, and keep the tokens in the server's file.

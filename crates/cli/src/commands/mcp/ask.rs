@@ -106,6 +106,21 @@ fn answer_of(action: ElicitationAction, content: Option<Json>) -> Result<String,
     }
 }
 
+/// The ask's answer in a client's reply to an input request (an elicitation result, as JSON).
+fn answer_in(reply: Json) -> Result<String, String> {
+    match serde_json::from_value::<rmcp::model::ElicitResult>(reply) {
+        Ok(result) => answer_of(result.action, result.content),
+        Err(e) => Err(format!(
+            "the client's answer is not an elicitation result: {e}"
+        )),
+    }
+}
+
+/// What a call's run ended with, from the task it ran in.
+fn joined(ended: Result<Ended, tokio::task::JoinError>) -> Ended {
+    ended.unwrap_or_else(|e| Err(format!("the run stopped: {e}")))
+}
+
 /// The answer in an accepted elicitation's content: the `answer` string asked for; a client
 /// that filled a form of its own gets its one string value, or its whole content as JSON text.
 pub(super) fn elicited_text(content: Option<Json>) -> String {
@@ -206,9 +221,6 @@ impl Pending {
     /// user (then it becomes a task at once, so the client can see the question); past
     /// `wait` it becomes a task. The request cancelled meanwhile cancels the run.
     pub(super) async fn decide(mut self, wait: Duration, ct: &CancellationToken) -> TaskStart {
-        let joined = |ended: Result<Ended, tokio::task::JoinError>| {
-            ended.unwrap_or_else(|e| Err(format!("the run stopped: {e}")))
-        };
         tokio::select! {
             ended = &mut self.run => TaskStart::Ended(joined(ended)),
             Some(question) = self.questions.recv() => TaskStart::Task(self, Some(question)),
@@ -245,14 +257,7 @@ impl Pending {
                     Ok(params) => {
                         let request = InputRequest::Elicitation(ElicitRequest::new(params));
                         match task.request_input(key, request).await {
-                            Ok(reply) => {
-                                match serde_json::from_value::<rmcp::model::ElicitResult>(reply) {
-                                    Ok(result) => answer_of(result.action, result.content),
-                                    Err(e) => Err(format!(
-                                        "the client's answer is not an elicitation result: {e}"
-                                    )),
-                                }
-                            }
+                            Ok(reply) => answer_in(reply),
                             Err(_) => {
                                 Err("the task was cancelled before its user answered".to_owned())
                             }
@@ -266,9 +271,6 @@ impl Pending {
         if let Some(question) = first {
             ask(question);
         }
-        let joined = |ended: Result<Ended, tokio::task::JoinError>| {
-            ended.unwrap_or_else(|e| Err(format!("the run stopped: {e}")))
-        };
         loop {
             tokio::select! {
                 ended = &mut run => return joined(ended),
@@ -399,14 +401,7 @@ impl Asking {
         };
         for (key, reply) in parked.asked {
             let answer = match responses.and_then(|r| r.get(&key)) {
-                Some(response) => {
-                    match serde_json::from_value::<rmcp::model::ElicitResult>(response.clone()) {
-                        Ok(result) => answer_of(result.action, result.content),
-                        Err(e) => Err(format!(
-                            "the client's answer is not an elicitation result: {e}"
-                        )),
-                    }
-                }
+                Some(response) => answer_in(response.clone()),
                 None => Err("the client sent no answer".to_owned()),
             };
             let _ = reply.send(answer);
@@ -428,19 +423,19 @@ impl Asking {
     ) -> Step {
         let first = tokio::select! {
             ended = &mut pending.run => {
-                return Step::Ended(ended.unwrap_or_else(|e| Err(format!("the run stopped: {e}"))));
+                return Step::Ended(joined(ended));
             }
             question = pending.questions.recv() => question,
             () = ct.cancelled() => {
                 pending.cancel.cancel();
                 let ended = (&mut pending.run).await;
-                return Step::Ended(ended.unwrap_or_else(|e| Err(format!("the run stopped: {e}"))));
+                return Step::Ended(joined(ended));
             }
         };
         let Some(first) = first else {
             // No operator left to ask: the run ends on its own.
             let ended = (&mut pending.run).await;
-            return Step::Ended(ended.unwrap_or_else(|e| Err(format!("the run stopped: {e}"))));
+            return Step::Ended(joined(ended));
         };
         // Every question out now goes in one result.
         let mut questions = vec![first];
