@@ -35,13 +35,7 @@ async fn chat(State(counts): State<Arc<Counts>>, body: Bytes) -> Response {
     counts.peak.fetch_max(now, Ordering::SeqCst);
     tokio::time::sleep(Duration::from_millis(60)).await;
     counts.in_flight.fetch_sub(1, Ordering::SeqCst);
-    let request: Value = serde_json::from_slice(&body).unwrap_or_default();
-    let said = request["messages"]
-        .as_array()
-        .and_then(|m| m.last())
-        .and_then(|m| m["content"].as_str())
-        .unwrap_or("")
-        .to_owned();
+    let said = support::last_said(&body);
     if said.contains("flaky") && counts.flaky.fetch_add(1, Ordering::SeqCst) == 0 {
         return Response::builder()
             .status(401)
@@ -51,14 +45,7 @@ async fn chat(State(counts): State<Arc<Counts>>, body: Bytes) -> Response {
             ))
             .unwrap();
     }
-    let content = json!({"choices": [{"index": 0, "delta": {"content": format!("echo: {said}")}}]});
-    let end = json!({"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}],
-                     "usage": {"prompt_tokens": 10, "completion_tokens": 5}});
-    let text = format!("data: {content}\n\ndata: {end}\n\ndata: [DONE]\n\n");
-    Response::builder()
-        .header("content-type", "text/event-stream")
-        .body(Body::from(text))
-        .unwrap()
+    support::sse_text(&format!("echo: {said}"), Some((10, 5)))
 }
 
 fn server() -> (LocalServer, Arc<Counts>) {

@@ -39,22 +39,8 @@ async fn chat(State(counts): State<Arc<Counts>>, body: Bytes) -> Response {
             .body(Body::from(json!({"error": {"message": "no"}}).to_string()))
             .unwrap();
     }
-    let request: Value = serde_json::from_slice(&body).unwrap_or_default();
-    let said = request["messages"]
-        .as_array()
-        .and_then(|m| m.last())
-        .and_then(|m| m["content"].as_str())
-        .unwrap_or("")
-        .to_owned();
-    let content = json!({"choices": [{"index": 0, "delta": {"content": format!("{n}: {said}")}}]});
-    let end = json!({"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}],
-                     "usage": {"prompt_tokens": 10, "completion_tokens": 5}});
-    Response::builder()
-        .header("content-type", "text/event-stream")
-        .body(Body::from(format!(
-            "data: {content}\n\ndata: {end}\n\ndata: [DONE]\n\n"
-        )))
-        .unwrap()
+    let said = support::last_said(&body);
+    support::sse_text(&format!("{n}: {said}"), Some((10, 5)))
 }
 
 fn server() -> (LocalServer, Arc<Counts>) {

@@ -145,6 +145,20 @@ fn history_outcomes(dir: &Path) -> Vec<(String, String)> {
         .collect()
 }
 
+/// Wait (10 s at most) until the history holds a run of the prompt file `file` that ended
+/// with `outcome` (a server keeps a call's run when the run ends, after its response).
+fn wait_for_outcome(dir: &Path, file: &str, outcome: &str) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let runs = history_outcomes(dir);
+        if runs.iter().any(|(p, o)| p.ends_with(file) && o == outcome) {
+            return;
+        }
+        assert!(Instant::now() < deadline, "{runs:?}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
 /// `promptforge mcp serve ... --http 127.0.0.1:0`, and the URL it printed.
 struct HttpServer {
     child: Child,
@@ -576,18 +590,7 @@ fn input_ask_reaches_the_clients_user_through_elicitation() {
         &[("ELICIT", "x"), ("WAIT", "2.5")],
     );
     assert_eq!(late[0]["refused"], true, "{late:?}");
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while !history_outcomes(dir.path())
-        .iter()
-        .any(|(p, o)| p.ends_with("interview.md") && o == "cancelled")
-    {
-        assert!(
-            Instant::now() < deadline,
-            "{:?}",
-            history_outcomes(dir.path())
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    wait_for_outcome(dir.path(), "interview.md", "cancelled");
     assert_eq!(lines[6]["refused"], "replayed");
     assert!(
         lines[6]["error"]
@@ -689,18 +692,7 @@ fn the_python_sdk_client_cancels_over_http_too() {
     );
     assert_eq!(lines[0]["cancelled"], true);
     assert_eq!(lines[1]["text"], "STILL HERE");
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        let runs = history_outcomes(dir.path());
-        if runs
-            .iter()
-            .any(|(p, o)| p.ends_with("spin.md") && o == "cancelled")
-        {
-            break;
-        }
-        assert!(Instant::now() < deadline, "{runs:?}");
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    wait_for_outcome(dir.path(), "spin.md", "cancelled");
 }
 
 #[test]

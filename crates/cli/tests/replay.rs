@@ -12,11 +12,11 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use axum::Router;
-use axum::body::{Body, Bytes};
+use axum::body::Bytes;
 use axum::extract::State;
 use axum::response::Response;
 use axum::routing::post;
-use serde_json::{Value, json};
+use serde_json::Value;
 use support::{LocalServer, promptforge};
 
 fn cases_dir() -> PathBuf {
@@ -130,21 +130,8 @@ struct Calls(AtomicUsize);
 
 async fn chat(State(calls): State<Arc<Calls>>, body: Bytes) -> Response {
     calls.0.fetch_add(1, Ordering::SeqCst);
-    let request: Value = serde_json::from_slice(&body).unwrap_or_default();
-    let said = request["messages"]
-        .as_array()
-        .and_then(|m| m.last())
-        .and_then(|m| m["content"].as_str())
-        .unwrap_or("")
-        .to_owned();
-    let content = json!({"choices": [{"index": 0, "delta": {"content": format!("re: {said}")}}]});
-    let end = json!({"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]});
-    Response::builder()
-        .header("content-type", "text/event-stream")
-        .body(Body::from(format!(
-            "data: {content}\n\ndata: {end}\n\ndata: [DONE]\n\n"
-        )))
-        .unwrap()
+    let said = support::last_said(&body);
+    support::sse_text(&format!("re: {said}"), None)
 }
 
 const TWO_ROUNDS: &str = "---\nname: two\ndescription: Two rounds\npromptforge: 0\nmodels:\n  w: {}\n---\n\n# Two\n\n## First\n\n```lua\nmodels.default('w')\nvar.first = models.infer('one')\nstore.write('first.txt', var.first)\n```\n\n## Second\n\n```lua\nmodels.default('w')\nreturn var.first .. ' / ' .. models.infer('two') .. ' / ' .. store.read('first.txt')\n```\n";

@@ -13,11 +13,11 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use axum::Router;
-use axum::body::{Body, Bytes};
+use axum::body::Bytes;
 use axum::extract::State;
 use axum::response::Response;
 use axum::routing::post;
-use serde_json::{Value, json};
+use serde_json::Value;
 use support::{LocalServer, promptforge};
 
 #[derive(Default)]
@@ -32,27 +32,13 @@ struct Counts {
 /// Replies `echo: {last user message}`, whatever the order, so a resumed run and an
 /// uninterrupted one get the same answers.
 async fn chat(State(counts): State<Arc<Counts>>, body: Bytes) -> Response {
-    let request: Value = serde_json::from_slice(&body).unwrap_or_default();
-    let said = request["messages"]
-        .as_array()
-        .and_then(|m| m.last())
-        .and_then(|m| m["content"].as_str())
-        .unwrap_or("")
-        .to_owned();
+    let said = support::last_said(&body);
     counts.said.lock().unwrap().push(said.clone());
     counts.requests.fetch_add(1, Ordering::SeqCst);
     while said.contains("slow") && counts.hold.load(Ordering::SeqCst) {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    let content = json!({"choices": [{"index": 0, "delta": {"content": format!("echo: {said}")}}]});
-    let end = json!({"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}],
-                     "usage": {"prompt_tokens": 10, "completion_tokens": 5}});
-    Response::builder()
-        .header("content-type", "text/event-stream")
-        .body(Body::from(format!(
-            "data: {content}\n\ndata: {end}\n\ndata: [DONE]\n\n"
-        )))
-        .unwrap()
+    support::sse_text(&format!("echo: {said}"), Some((10, 5)))
 }
 
 fn server() -> (LocalServer, Arc<Counts>) {

@@ -108,3 +108,31 @@ pub fn promptforge(dir: &Path) -> Command {
         .stdin(Stdio::null());
     command
 }
+
+/// The content of the last message of an OpenAI chat request body ("" when there is none).
+pub fn last_said(body: &[u8]) -> String {
+    let request: serde_json::Value = serde_json::from_slice(body).unwrap_or_default();
+    request["messages"]
+        .as_array()
+        .and_then(|m| m.last())
+        .and_then(|m| m["content"].as_str())
+        .unwrap_or("")
+        .to_owned()
+}
+
+/// An OpenAI streaming reply: one chunk of `text`, then the end (reporting `usage`, prompt
+/// and completion tokens, when given).
+pub fn sse_text(text: &str, usage: Option<(u64, u64)>) -> axum::response::Response {
+    use serde_json::json;
+    let content = json!({"choices": [{"index": 0, "delta": {"content": text}}]});
+    let mut end = json!({"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]});
+    if let Some((prompt, completion)) = usage {
+        end["usage"] = json!({"prompt_tokens": prompt, "completion_tokens": completion});
+    }
+    axum::response::Response::builder()
+        .header("content-type", "text/event-stream")
+        .body(axum::body::Body::from(format!(
+            "data: {content}\n\ndata: {end}\n\ndata: [DONE]\n\n"
+        )))
+        .unwrap()
+}
