@@ -565,3 +565,40 @@ fn every_bad_input_line_is_found_before_any_run_and_declared_defaults_are_filled
     assert_eq!(results[0]["outcome"]["result"], "a/100/1");
     assert_eq!(results[1]["outcome"]["result"], "b/nil/nil");
 }
+
+#[test]
+fn inputs_from_a_pipe_are_read_once_and_all_run() {
+    // A pipe can be read only once; the batch checks every line before the first run and
+    // then feeds the workers, so it must keep what it read (it once ran nothing, exit 0).
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("plain.md"),
+        "---\nname: plain\ndescription: d\npromptforge: 0\n---\n\n# Plain\n\n## Echo\n\n```lua\nreturn 'got ' .. args\n```\n",
+    )
+    .unwrap();
+    let mut child = promptforge(dir.path())
+        .args(["batch", "plain.md", "--inputs", "/dev/stdin"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    {
+        use std::io::Write as _;
+        let mut stdin = child.stdin.take().unwrap();
+        stdin
+            .write_all(b"{\"args\":\"a\"}\n{\"args\":\"b\"}\n{\"args\":\"c\"}\n")
+            .unwrap();
+    }
+    let output = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(0), "{stderr}");
+    let got: Vec<String> = String::from_utf8_lossy(&output.stdout)
+        .lines()
+        .map(|l| {
+            let v: Value = serde_json::from_str(l).unwrap();
+            v["outcome"]["result"].as_str().unwrap().to_owned()
+        })
+        .collect();
+    assert_eq!(got, ["got a", "got b", "got c"], "{stderr}");
+}

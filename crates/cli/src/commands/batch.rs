@@ -90,6 +90,56 @@ pub struct MergeArgs {
     out: Option<PathBuf>,
 }
 
+/// The inputs file, read twice (checked whole before the first run, then fed to the workers
+/// line by line). A regular file is opened again; anything else (a pipe, `<(...)`,
+/// `/dev/stdin`) can be read only once, so it is first copied to an unnamed temporary file,
+/// keeping memory flat in the number of inputs either way.
+struct Inputs {
+    path: PathBuf,
+    copy: Option<std::fs::File>,
+}
+
+impl Inputs {
+    fn new(path: &Path) -> Result<Inputs, String> {
+        let failed = |e: std::io::Error| format!("--inputs {}: {e}", path.display());
+        let meta = std::fs::metadata(path).map_err(failed)?;
+        let copy = if meta.is_file() {
+            None
+        } else {
+            let mut from = std::fs::File::open(path).map_err(failed)?;
+            let mut copy = tempfile::tempfile().map_err(failed)?;
+            std::io::copy(&mut from, &mut copy).map_err(failed)?;
+            Some(copy)
+        };
+        Ok(Inputs {
+            path: path.to_path_buf(),
+            copy,
+        })
+    }
+
+    /// The folder an input's `input_file` is read from: the inputs file's, or the current
+    /// one for inputs from a pipe (whose `/dev/fd` folder names nothing of the user's).
+    fn dir(&self) -> PathBuf {
+        match &self.copy {
+            None => self.path.parent().map(Path::to_path_buf).unwrap_or_default(),
+            Some(_) => PathBuf::new(),
+        }
+    }
+
+    /// A reader from the first line.
+    fn open(&self) -> Result<std::fs::File, String> {
+        let failed = |e: std::io::Error| format!("--inputs {}: {e}", self.path.display());
+        match &self.copy {
+            None => std::fs::File::open(&self.path).map_err(failed),
+            Some(copy) => {
+                let mut file = copy.try_clone().map_err(failed)?;
+                std::io::Seek::rewind(&mut file).map_err(failed)?;
+                Ok(file)
+            }
+        }
+    }
+}
+
 /// One line of the inputs file.
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -730,9 +780,9 @@ const INPUT_PROBLEMS_SHOWN: usize = 20;
 /// that is not a regular expression, or whose `arg` object the declaration refuses (see
 /// [`complete_args`](crate::describe::complete_args)) is found now, all of them at once, not
 /// after the model calls of the lines before it.
-fn scan_inputs(path: &Path, decl: &ArgsDecl) -> Result<u64, String> {
-    let file =
-        std::fs::File::open(path).map_err(|e| format!("--inputs {}: {e}", path.display()))?;
+fn scan_inputs(inputs: &Inputs, decl: &ArgsDecl) -> Result<u64, String> {
+    let path = &inputs.path;
+    let file = inputs.open()?;
     let mut count = 0;
     let mut problems = Vec::new();
     let mut more = 0usize;
@@ -838,7 +888,8 @@ fn batch_inner(args: &BatchArgs, ui: Ui) -> Result<ExitCode, String> {
         None => !args.retry_errors || args.resume,
     };
 
-    let total_inputs = scan_inputs(&args.inputs, &prompt.frontmatter.args)?;
+    let inputs = Inputs::new(&args.inputs)?;
+    let total_inputs = scan_inputs(&inputs, &prompt.frontmatter.args)?;
     let declared = prompt.frontmatter.args.clone();
     let prompt = Arc::new(prompt);
     let in_shard = |index: u64| shard.is_none_or(|(i, n)| index % n == i);
@@ -869,11 +920,7 @@ fn batch_inner(args: &BatchArgs, ui: Ui) -> Result<ExitCode, String> {
         .map_err(|e| format!("cannot start the async runtime: {e}"))?;
     let mcp = session.mcp_for(&prompt.frontmatter)?;
     let shared = Arc::new(Shared {
-        inputs_dir: args
-            .inputs
-            .parent()
-            .map(Path::to_path_buf)
-            .unwrap_or_default(),
+        inputs_dir: inputs.dir(),
         inputs: total_inputs,
         repeats: args.repeat,
         shard: args.shard.clone(),
@@ -991,8 +1038,7 @@ fn batch_inner(args: &BatchArgs, ui: Ui) -> Result<ExitCode, String> {
         }
         // Feed the workers.
         let feed = || -> Result<(), String> {
-            let file = std::fs::File::open(&args.inputs)
-                .map_err(|e| format!("--inputs {}: {e}", args.inputs.display()))?;
+            let file = inputs.open()?;
             let mut index = 0u64;
             let mut seq = 0u64;
             for (n, line) in BufReader::new(file).lines().enumerate() {
