@@ -151,8 +151,11 @@ fn an_unreachable_or_refusing_endpoint_names_the_url_and_the_servers_words() {
     let (_, stderr) = text(&output);
     assert_eq!(output.status.code(), Some(1), "{stderr}");
     assert!(
-        // `return models.infer(...)` is a tail call: no Lua frame is left to point at.
-        stderr.starts_with("error[Completion]: the connection to the model backend failed"),
+        // `return models.infer(...)` is a tail call: no Lua frame is left to point at, so
+        // the line is the block's one tail call.
+        stderr.starts_with(
+            "writer.md:16: error[Completion]: the connection to the model backend failed"
+        ),
         "{stderr}"
     );
     assert!(

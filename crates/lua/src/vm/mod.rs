@@ -454,6 +454,9 @@ pub struct SectionVm {
     current: Option<(Thread, Running)>,
     /// The function to hand the runner on the coroutine's first resume.
     pending_first: Option<Function>,
+    /// The line a failure of the running region is shown at when no frame of the region is
+    /// left to name one (a tail call such as `return models.infer(...)` replaced it).
+    fallback_line: Option<u32>,
     shared: Rc<RefCell<Shared>>,
 }
 
@@ -633,6 +636,7 @@ impl SectionVm {
             api,
             current: None,
             pending_first: None,
+            fallback_line: None,
             shared,
         })
     }
@@ -714,6 +718,7 @@ impl SectionVm {
             .map_err(|e| LuaFailure::internal(&e))?;
         self.current = Some((thread, running));
         self.pending_first = Some(f);
+        self.fallback_line = Some(fallback_line(region));
         Ok(())
     }
 
@@ -765,7 +770,11 @@ impl SectionVm {
         let ok = matches!(values.next(), Some(Value::Boolean(true)));
         let first = values.next().unwrap_or(Value::Nil);
         if !ok {
-            return BlockStep::Failed(self.failure_from(first));
+            let mut failure = self.failure_from(first);
+            if failure.line.is_none() && !matches!(failure.kind, FailureKind::Cancelled) {
+                failure.line = self.fallback_line;
+            }
+            return BlockStep::Failed(failure);
         }
         match (scalar_result(&first), running) {
             (Ok(_), Running::Shared) => BlockStep::Finished(None),
@@ -1280,6 +1289,36 @@ fn list_from_section(
     }
 }
 
+/// Where a region's failure is shown when no frame of it is left on the stack: the line of
+/// its one `return f(...)` tail call when it has exactly one (the frame that call replaced is
+/// the one that failed), else the region's first line. Display only, never in a message.
+fn fallback_line(region: &LuaRegion) -> u32 {
+    let tail_calls: Vec<usize> = region
+        .source
+        .lines()
+        .enumerate()
+        .filter(|(_, line)| {
+            let Some(rest) = line.trim_start().strip_prefix("return") else {
+                return false;
+            };
+            if !rest.starts_with(char::is_whitespace) {
+                return false;
+            }
+            let rest = rest.trim_start();
+            let callee_end = rest
+                .find(|c: char| !(c.is_alphanumeric() || matches!(c, '_' | '.' | ':')))
+                .unwrap_or(rest.len());
+            callee_end > 0 && rest[callee_end..].trim_start().starts_with(['(', '{', '\'', '"'])
+        })
+        .map(|(index, _)| index)
+        .collect();
+    let offset = match tail_calls.as_slice() {
+        [only] => u32::try_from(*only).unwrap_or(0),
+        _ => 0,
+    };
+    region.first_line.saturating_add(offset)
+}
+
 /// The innermost frame in one of the prompt's regions: its label and its current line.
 fn call_site(lua: &Lua, labels: &[String]) -> Option<(String, u32)> {
     (1..=MAX_TRACEBACK_FRAMES).find_map(|level| {
@@ -1403,6 +1442,24 @@ mod tests {
     use super::*;
     use promptforge_syntax::Prompt;
     use serde_json::json;
+
+    #[test]
+    fn a_failure_with_no_frame_left_is_shown_at_the_one_tail_call_or_the_first_line() {
+        let region = |source: &str| LuaRegion {
+            label: "section `Main` prologue".into(),
+            first_line: 20,
+            source: source.into(),
+            bytecode: Arc::from(Vec::new()),
+        };
+        let one = region("local x = 1\nmodels.default('w')\nreturn models.infer('hi ' .. x)\n");
+        assert_eq!(fallback_line(&one), 22);
+        let table_call = region("return store.read { path = 'a' }\n");
+        assert_eq!(fallback_line(&table_call), 20);
+        let two = region("if a then\n  return f(1)\nend\nreturn g(2)\n");
+        assert_eq!(fallback_line(&two), 20);
+        let not_a_call = region("local y = 2\nreturn y\nreturned(1)\n");
+        assert_eq!(fallback_line(&not_a_call), 20);
+    }
 
     fn config(h1: bool) -> VmConfig {
         let argv = json!({"prose": "input"});
