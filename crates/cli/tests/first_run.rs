@@ -274,9 +274,17 @@ fn a_prompt_describes_itself_and_takes_typed_args() {
         run(&["--arg", "topic=tides", "--arg", "words=7"]).0.trim(),
         r#"{"outcome":"completed","result":"tides/7"}"#
     );
-    let (_, stderr) = run(&["--arg", "colour=red"]);
+    // A name the prompt does not declare passes (chapter 06 allows fields beyond the
+    // declared ones), with a note in case it is a typo.
+    let (stdout, stderr) = run(&["--arg", "topic=tides", "--arg", "colour=red"]);
+    assert_eq!(
+        stdout.trim(),
+        r#"{"outcome":"completed","result":"tides/100"}"#
+    );
     assert!(
-        stderr.contains("--arg colour: the prompt has no arg `colour`; it declares: topic, words"),
+        stderr.contains(
+            "note: --arg colour: the prompt declares no arg `colour` (it declares: topic, words); passed as the string \"red\""
+        ),
         "{stderr}"
     );
     let (_, stderr) = run(&["--arg", "words=lots"]);

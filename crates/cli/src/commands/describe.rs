@@ -313,10 +313,15 @@ fn fits(ty: ArgType, value: &Json) -> bool {
 
 /// The argument string of `--arg NAME=VALUE` pairs for a prompt that declares structured
 /// args: a JSON object whose values follow the declared types (`string` as written; `boolean`
-/// `true`/`false`; `integer` and `number` as JSON numbers). A name the prompt does not declare,
-/// a value that does not fit its type, or a prompt that takes free text is an error that says
-/// what the prompt takes.
-pub(crate) fn structured_args(decl: &ArgsDecl, pairs: &[String]) -> Result<String, String> {
+/// `true`/`false`; `integer` and `number` as JSON numbers). A name the prompt does not declare
+/// passes as a string (chapter 06: the argument object may carry fields beyond the declared
+/// ones), with a note naming what the prompt declares, since it is most often a typo. A value
+/// that does not fit its type, or a prompt that takes free text, is an error that says what the
+/// prompt takes. Returns the argument string and the notes.
+pub(crate) fn structured_args(
+    decl: &ArgsDecl,
+    pairs: &[String],
+) -> Result<(String, Vec<String>), String> {
     if !decl.is_structured() {
         return Err(
             "--arg: this prompt takes free text (it declares no `args:`); pass --args STRING"
@@ -332,15 +337,23 @@ pub(crate) fn structured_args(decl: &ArgsDecl, pairs: &[String]) -> Result<Strin
         }
     };
     let mut object = Map::new();
+    let mut notes = Vec::new();
     for pair in pairs {
         let Some((name, value)) = pair.split_once('=') else {
             return Err(format!("--arg {pair:?}: write it as NAME=VALUE"));
         };
         let Some(arg) = decl.get(name) else {
-            return Err(format!(
-                "--arg {name}: the prompt has no arg `{name}`; {}",
+            notes.push(format!(
+                "--arg {name}: the prompt declares no arg `{name}` ({}); passed as the string {value:?}",
                 declared()
             ));
+            if object
+                .insert(name.to_owned(), Json::String(value.to_owned()))
+                .is_some()
+            {
+                return Err(format!("--arg {name}: given twice"));
+            }
+            continue;
         };
         let parsed = match arg.ty {
             ArgType::String => Some(Json::String(value.to_owned())),
@@ -378,7 +391,8 @@ pub(crate) fn structured_args(decl: &ArgsDecl, pairs: &[String]) -> Result<Strin
         Some(_) => format!("--arg: {e}; pass it as --arg NAME=VALUE"),
         None => format!("--arg: {e}"),
     })?;
-    serde_json::to_string(&Json::Object(object)).map_err(|e| format!("--arg: {e}"))
+    let text = serde_json::to_string(&Json::Object(object)).map_err(|e| format!("--arg: {e}"))?;
+    Ok((text, notes))
 }
 
 #[cfg(test)]
@@ -410,8 +424,11 @@ mod tests {
             ],
         );
         assert_eq!(
-            args.as_deref(),
-            Ok(r#"{"loud":true,"ratio":0.5,"topic":"tides, moons","words":50}"#)
+            args,
+            Ok((
+                r#"{"loud":true,"ratio":0.5,"topic":"tides, moons","words":50}"#.to_owned(),
+                Vec::new()
+            ))
         );
     }
 
@@ -419,12 +436,16 @@ mod tests {
     fn arg_pairs_say_what_the_prompt_takes() {
         let p = prompt(ARGS);
         let decl = &p.frontmatter.args;
+        // An undeclared name passes as a string, with a note (a typo most often).
         assert_eq!(
-            structured_args(decl, &["nope=1".into()]),
-            Err(
-                "--arg nope: the prompt has no arg `nope`; it declares: topic, words, loud, ratio"
-                    .into()
-            )
+            structured_args(decl, &["topic=t".into(), "nope=1".into()]),
+            Ok((
+                r#"{"nope":"1","topic":"t","words":200}"#.to_owned(),
+                vec![
+                    "--arg nope: the prompt declares no arg `nope` (it declares: topic, words, loud, ratio); passed as the string \"1\""
+                        .to_owned()
+                ]
+            ))
         );
         assert_eq!(
             structured_args(decl, &["words=many".into()]),
@@ -446,8 +467,8 @@ mod tests {
         let p = prompt(ARGS);
         let decl = &p.frontmatter.args;
         assert_eq!(
-            structured_args(decl, &["topic=tides".into()]).as_deref(),
-            Ok(r#"{"topic":"tides","words":200}"#)
+            structured_args(decl, &["topic=tides".into()]),
+            Ok((r#"{"topic":"tides","words":200}"#.to_owned(), Vec::new()))
         );
         assert_eq!(
             structured_args(decl, &["words=5".into()]),

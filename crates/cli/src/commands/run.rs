@@ -115,7 +115,11 @@ impl RunArgs {
 /// declaration.
 fn argument_string(args: &RunArgs, prompt: &Prompt) -> Result<Option<String>, String> {
     if !args.arg.is_empty() {
-        return crate::describe::structured_args(&prompt.frontmatter.args, &args.arg).map(Some);
+        let (text, notes) = crate::describe::structured_args(&prompt.frontmatter.args, &args.arg)?;
+        for note in notes {
+            errln!("note: {note}");
+        }
+        return Ok(Some(text));
     }
     match args.run_args.as_deref() {
         Some("-") => {
