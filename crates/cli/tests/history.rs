@@ -371,6 +371,28 @@ fn rounds_and_tool_calls_are_events_and_a_round_can_be_read_back() {
                 .contains("tool call lookup (local)")),
         "{json}"
     );
+    // The timeline numbers rounds as --round does, says "1 message", and keeps the
+    // record's order where times tie (no round after the run's end).
+    let texts: Vec<&str> = shown["timeline"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| l["text"].as_str().unwrap())
+        .collect();
+    let first_round = texts
+        .iter()
+        .position(|t| t.contains("model round 1 (effect "))
+        .unwrap_or_else(|| panic!("{texts:?}"));
+    assert!(texts[first_round].contains(", 1 message)"), "{texts:?}");
+    let second_round = texts
+        .iter()
+        .position(|t| t.contains("model round 2 (effect "))
+        .unwrap_or_else(|| panic!("{texts:?}"));
+    let ended = texts
+        .iter()
+        .position(|t| t.contains("run_ended"))
+        .unwrap_or(texts.len());
+    assert!(first_round < second_round && second_round < ended, "{texts:?}");
     let (code, _, stderr) = out(dir.path(), &["runs", "show", "last", "--round", "3"]);
     assert_eq!(code, Some(1));
     assert!(
@@ -454,4 +476,20 @@ fn a_priced_model_gives_runs_and_batches_a_cost() {
         "{stderr}"
     );
     assert!(stderr.contains("  cost      $0.0020"), "{stderr}");
+}
+
+#[test]
+fn a_run_without_model_rounds_says_so_when_a_round_is_asked_for() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("plain.md"),
+        "---\nname: plain\ndescription: d\npromptforge: 0\n---\n\n# Plain\n\n## Main\n\n```lua\nreturn 'hi'\n```\n",
+    )
+    .unwrap();
+    let (code, _, stderr) = out(dir.path(), &["run", "plain.md"]);
+    assert_eq!(code, Some(0), "{stderr}");
+    let (code, _, stderr) = out(dir.path(), &["runs", "show", "last", "--round", "1"]);
+    assert_eq!(code, Some(1));
+    assert!(stderr.contains("made no model round"), "{stderr}");
+    assert!(!stderr.contains("takes 1 to 0"), "{stderr}");
 }

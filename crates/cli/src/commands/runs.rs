@@ -159,17 +159,23 @@ struct Round {
 fn show(history: &History, id: i64, shown: Shown, html: Option<&Path>) -> Result<(), String> {
     let mut record = Vec::new();
     history.export(id, &mut record)?;
-    // (time, 0 for an event and 1 for an effect, so a section shows before its calls, text).
-    let mut lines: Vec<(u64, u8, String)> = Vec::new();
+    // (time, the record line it stands for, text): at the same time, the record's own order
+    // (an effect at the line that issued it), so a round never shows after the run's end.
+    let mut lines: Vec<(u64, usize, String)> = Vec::new();
     let mut files: std::collections::BTreeSet<String> = Default::default();
     let mut header: Option<Header> = None;
-    let mut requests: std::collections::BTreeMap<u64, (String, Json, u64)> = Default::default();
+    let mut requests: std::collections::BTreeMap<u64, (String, Json, u64, usize)> =
+        Default::default();
     let mut timeline = crate::html::Timeline::default();
     let mut open_bands: std::collections::BTreeMap<String, usize> = Default::default();
     let mut bar_at: std::collections::BTreeMap<u64, usize> = Default::default();
     let mut outcome = Json::Null;
     let mut rounds: Vec<Round> = Vec::new();
-    for line in record.split(|b| *b == b'\n').filter(|l| !l.is_empty()) {
+    for (position, line) in record
+        .split(|b| *b == b'\n')
+        .filter(|l| !l.is_empty())
+        .enumerate()
+    {
         let Ok(value) = serde_json::from_slice::<Json>(line) else {
             continue;
         };
@@ -200,7 +206,10 @@ fn show(history: &History, id: i64, shown: Shown, html: Option<&Path>) -> Result
                     answer: None,
                 });
             }
-            requests.insert(effect, (kind, value["request"]["request"].clone(), t));
+            requests.insert(
+                effect,
+                (kind, value["request"]["request"].clone(), t, position),
+            );
         } else if let Some(effect) = value["answer"].as_u64() {
             if let Some(&at) = bar_at.get(&effect) {
                 timeline.bars[at].end_ms = Some(t);
@@ -209,7 +218,7 @@ fn show(history: &History, id: i64, shown: Shown, html: Option<&Path>) -> Result
             if let Some(round) = rounds.iter_mut().find(|r| r.effect == effect) {
                 round.answer = Some(value["value"].clone());
             }
-            let Some((kind, request, issued)) = requests.get(&effect) else {
+            let Some((kind, request, issued, issued_at)) = requests.get(&effect) else {
                 continue;
             };
             let took = t.saturating_sub(*issued);
@@ -217,13 +226,18 @@ fn show(history: &History, id: i64, shown: Shown, html: Option<&Path>) -> Result
                 "model_round" => {
                     let tokens = tokens_text(&value["value"]["value"]);
                     let failed = value["value"].get("error").is_some();
-                    let task = rounds
+                    // Numbered from 1 as `--round` takes it.
+                    let (n, task) = rounds
                         .iter()
-                        .find(|r| r.effect == effect)
-                        .map_or("0", |r| r.task.as_str());
+                        .enumerate()
+                        .find(|(_, r)| r.effect == effect)
+                        .map_or((0, "0"), |(i, r)| (i + 1, r.task.as_str()));
                     format!(
-                        "[task {task}] model round {effect} ({} messages){}: {}{tokens}",
-                        request["messages"].as_array().map_or(0, Vec::len),
+                        "[task {task}] model round {n} (effect {effect}, {}){}: {}{tokens}",
+                        crate::ui::plural(
+                            request["messages"].as_array().map_or(0, Vec::len) as u64,
+                            "message"
+                        ),
                         if failed { " failed" } else { "" },
                         crate::ui::duration_text(std::time::Duration::from_millis(took))
                     )
@@ -251,7 +265,7 @@ fn show(history: &History, id: i64, shown: Shown, html: Option<&Path>) -> Result
                     crate::ui::duration_text(std::time::Duration::from_millis(took))
                 ),
             };
-            lines.push((*issued, 1, text));
+            lines.push((*issued, *issued_at, text));
         } else if let Some(event) = value.get("event") {
             let task = event["task"].as_str().unwrap_or("0");
             let name = event["event"].as_str().unwrap_or("");
@@ -313,7 +327,7 @@ fn show(history: &History, id: i64, shown: Shown, html: Option<&Path>) -> Result
                 | "task_started" => continue,
                 other => other.to_owned(),
             };
-            lines.push((t, 0, format!("[task {task}] {what}")));
+            lines.push((t, position, format!("[task {task}] {what}")));
         } else if let Some(o) = value.get("outcome") {
             outcome = o.clone();
         }
@@ -323,6 +337,9 @@ fn show(history: &History, id: i64, shown: Shown, html: Option<&Path>) -> Result
     };
     if let Some(n) = shown.round {
         let Some(round) = n.checked_sub(1).and_then(|i| rounds.get(i)) else {
+            if rounds.is_empty() {
+                return Err(format!("run {id} made no model round"));
+            }
             return Err(format!(
                 "run {id} has {}; --round takes 1 to {}",
                 crate::ui::plural(rounds.len() as u64, "model round"),
@@ -336,7 +353,7 @@ fn show(history: &History, id: i64, shown: Shown, html: Option<&Path>) -> Result
         }
         return Ok(());
     }
-    lines.sort_by_key(|(t, rank, _)| (*t, *rank));
+    lines.sort_by_key(|(t, position, _)| (*t, *position));
     if shown.json {
         let value = json!({
             "id": id,
