@@ -59,6 +59,26 @@ fn a_forgotten_model_gets_a_hint_and_no_traceback() {
     );
     assert!(!stderr.contains("stack traceback"), "{stderr}");
     assert!(stderr.contains("(-v shows the Lua traceback)"), "{stderr}");
+    // A round with no role and no model is a Binding failure: the same hint.
+    write(
+        dir.path(),
+        "bare.md",
+        "---\nname: bare\ndescription: d\npromptforge: 0\n---\n\n# Bare\n\n## Main\n\n```lua\nreturn models.infer('hi')\n```\n",
+    );
+    let output = promptforge(dir.path())
+        .args(["run", "bare.md"])
+        .env_remove("OPENAI_API_KEY")
+        .output()
+        .unwrap();
+    let (_, stderr) = text(&output);
+    assert!(
+        stderr.starts_with("bare.md:12: error[Binding]: model binding required for section Main\n"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("hint: no model is selected: pass --model ID"),
+        "{stderr}"
+    );
     let verbose = promptforge(dir.path())
         .args(["-v", "run", "writer.md"])
         .output()
@@ -284,6 +304,20 @@ fn a_prompt_describes_itself_and_takes_typed_args() {
     assert!(
         stderr.contains(
             "note: --arg colour: the prompt declares no arg `colour` (it declares: topic, words); passed as the string \"red\""
+        ),
+        "{stderr}"
+    );
+    // No arguments at all: the run goes (chapter 06), fails inside, and the hint says what
+    // the prompt takes.
+    let output = promptforge(dir.path())
+        .args(["run", "typed.md"])
+        .output()
+        .unwrap();
+    let (_, stderr) = text(&output);
+    assert_eq!(output.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains(
+            "hint: the run was given no arguments, and this prompt declares required args: topic (string); pass them as --arg NAME=VALUE"
         ),
         "{stderr}"
     );

@@ -513,8 +513,9 @@ fn start_record(
 
 /// What a person is told to do about a failure, when the Host can tell.
 /// The `hint:` lines on stderr, secrets taken out.
-fn print_hints(path: &std::path::Path, finished: &Finished) {
-    for hint in hints(path, finished) {
+fn print_hints(args: &RunArgs, finished: &Finished) {
+    let no_args = args.arg.is_empty() && args.run_args.is_none();
+    for hint in hints(args.prompt_path(), no_args, finished) {
         errln!(
             "{} {}",
             crate::ui::paint("hint:", crate::ui::Tone::Hint),
@@ -523,7 +524,7 @@ fn print_hints(path: &std::path::Path, finished: &Finished) {
     }
 }
 
-fn hints(path: &std::path::Path, finished: &Finished) -> Vec<String> {
+fn hints(path: &std::path::Path, no_args: bool, finished: &Finished) -> Vec<String> {
     let Outcome::Failed(err) = &finished.outcome else {
         return Vec::new();
     };
@@ -531,10 +532,29 @@ fn hints(path: &std::path::Path, finished: &Finished) -> Vec<String> {
     let message = err.message.as_str();
     if let Some(prompt) = &finished.prompt {
         hints.extend(prompt_hints(path, prompt, err));
+        // Chapter 06: a run given no arguments runs anyway (`args:` is never enforced), so a
+        // prompt that needs them fails somewhere inside; say what it takes.
+        let required: Vec<String> = prompt
+            .frontmatter
+            .args
+            .args
+            .iter()
+            .filter(|a| !a.optional && a.default.is_none())
+            .map(|a| format!("{} ({})", a.name, a.ty.as_str()))
+            .collect();
+        if no_args && !required.is_empty() && err.kind == RunErrorKind::Lua {
+            hints.push(format!(
+                "the run was given no arguments, and this prompt declares required args: {}; \
+                 pass them as --arg NAME=VALUE (or --args JSON); `promptforge describe {}` lists them",
+                required.join(", "),
+                path.display()
+            ));
+        }
     }
     if finished.model.is_none()
         && (message.contains("is not a bound model role")
-            || message.contains("model access is turned off or not configured"))
+            || message.contains("model access is turned off or not configured")
+            || err.kind == RunErrorKind::Binding)
     {
         hints.push(
             "no model is selected: pass --model ID (a catalog id, or a quick id such as \
@@ -618,7 +638,7 @@ fn report(args: &RunArgs, finished: &Finished, verbose: u8) -> ExitCode {
         // stdout holds only the outcome, with the spec's fixed message; what the Host knows
         // beyond it (the URL tried, the variable it came from) still goes to stderr.
         if matches!(outcome, Outcome::Failed(_)) {
-            print_hints(args.prompt_path(), finished);
+            print_hints(args, finished);
         }
     } else {
         if let Some(summary) = &finished.summary {
@@ -633,7 +653,7 @@ fn report(args: &RunArgs, finished: &Finished, verbose: u8) -> ExitCode {
                     "{}",
                     crate::source::run_failure_line(args.prompt_path(), err, &message)
                 );
-                print_hints(args.prompt_path(), finished);
+                print_hints(args, finished);
                 // A model server's failure is told by the lines above; the Lua stack that
                 // waited on it adds nothing, so it is not offered (`-v` still prints it).
                 let from_the_model =
