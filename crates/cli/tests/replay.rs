@@ -422,3 +422,35 @@ fn a_record_cut_short_goes_live_where_it_ends_with_then_live() {
         r#"{"outcome":"completed","result":"done x"}"#
     );
 }
+
+#[test]
+fn a_replayed_failure_opens_with_file_and_line_as_a_run_does() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("fail.md"),
+        "---\nname: fail\ndescription: d\npromptforge: 0\n---\n\n# Fail\n\n## Main\n\n```lua\nlocal x = 1\nerror('no luck')\n```\n",
+    )
+    .unwrap();
+    let ran = promptforge(dir.path())
+        .args(["run", "fail.md", "--record", "fail.record"])
+        .output()
+        .unwrap();
+    let run_err = String::from_utf8_lossy(&ran.stderr).into_owned();
+    assert!(
+        run_err.starts_with("fail.md:13: error[Lua]: section `Main` prologue:13: "),
+        "{run_err}"
+    );
+    let replayed = promptforge(dir.path())
+        .args(["replay", "fail.record"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&replayed.stderr);
+    // The same line, the path relative to here (the record keeps it absolute).
+    assert!(
+        stderr
+            .lines()
+            .any(|l| l == run_err.lines().next().unwrap_or_default()),
+        "{stderr}"
+    );
+    assert!(stderr.contains("identical to the record"), "{stderr}");
+}

@@ -193,6 +193,16 @@ fn settle(
     }
 }
 
+/// A recorded prompt's path as a person would type it here: relative to the current folder
+/// when the file is under it (records keep the path absolute).
+fn shown_path(path: &std::path::Path) -> std::path::PathBuf {
+    std::env::current_dir()
+        .ok()
+        .and_then(|cwd| path.strip_prefix(cwd).ok().map(std::path::Path::to_path_buf))
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or_else(|| path.to_path_buf())
+}
+
 fn print_outcome(args: &ReplayArgs, prompt_path: &std::path::Path, outcome: &Outcome) {
     if args.json || args.events {
         // The same bytes `run --json` prints.
@@ -207,7 +217,7 @@ fn print_outcome(args: &ReplayArgs, prompt_path: &std::path::Path, outcome: &Out
         Outcome::Cancelled => errln!("cancelled"),
         Outcome::Failed(err) => errln!(
             "{}",
-            crate::source::run_failure_line(prompt_path, err, &err.message)
+            crate::source::run_failure_line(&shown_path(prompt_path), err, &err.message)
         ),
     }
 }
