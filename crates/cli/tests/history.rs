@@ -493,3 +493,37 @@ fn a_run_without_model_rounds_says_so_when_a_round_is_asked_for() {
     assert!(stderr.contains("made no model round"), "{stderr}");
     assert!(!stderr.contains("takes 1 to 0"), "{stderr}");
 }
+
+#[test]
+fn a_version_2_record_without_round_events_still_replays_identically() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("loop.md"), LOOP).unwrap();
+    std::fs::write(dir.path().join("loop.json"), LOOP_SCRIPT).unwrap();
+    let (code, _, stderr) = out(
+        dir.path(),
+        &["run", "loop.md", "--script", "loop.json", "--record", "new.record"],
+    );
+    assert_eq!(code, Some(0), "{stderr}");
+    // What a version-2 writer made of the same run: no model_round or tool_call events.
+    let record = std::fs::read_to_string(dir.path().join("new.record")).unwrap();
+    let mut lines = Vec::new();
+    for (n, line) in record.lines().enumerate() {
+        let mut value: Value = serde_json::from_str(line).unwrap();
+        if n == 0 {
+            assert_eq!(value["version"], 3);
+            value["version"] = Value::from(2);
+        } else if matches!(
+            value["event"]["event"].as_str(),
+            Some("model_round" | "tool_call")
+        ) {
+            continue;
+        }
+        lines.push(value.to_string());
+    }
+    assert!(lines.len() < record.lines().count(), "round events were dropped");
+    std::fs::write(dir.path().join("old.record"), lines.join("\n") + "\n").unwrap();
+    let (code, stdout, stderr) = out(dir.path(), &["replay", "old.record"]);
+    assert_eq!(code, Some(0), "{stderr}");
+    assert_eq!(stdout.trim(), "all done");
+    assert!(stderr.contains("identical to the record"), "{stderr}");
+}
