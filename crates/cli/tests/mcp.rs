@@ -1259,3 +1259,61 @@ fn the_official_conformance_suite_against_the_server_and_the_client() {
         );
     }
 }
+
+/// One JSON-RPC exchange with `mcp serve` over stdio, without any client library: the
+/// Inspector's CLI coerces argument values to the schema's types before sending, so it
+/// cannot send a mistyped one.
+#[test]
+fn a_call_with_a_value_of_another_type_is_a_tool_error_and_runs_nothing() {
+    use serde_json::json;
+    use std::io::Write as _;
+    let dir = tempfile::tempdir().unwrap();
+    let prompts = fixtures().join("prompts");
+    let mut child = promptforge(dir.path())
+        .args(["mcp", "serve", prompts.to_str().unwrap()])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    let mut stdout = BufReader::new(child.stdout.take().unwrap());
+    let mut send = |value: Json| {
+        writeln!(stdin, "{value}").unwrap();
+        stdin.flush().unwrap();
+    };
+    let mut answer = |id: u64| -> Json {
+        loop {
+            let mut line = String::new();
+            assert!(stdout.read_line(&mut line).unwrap() > 0, "server closed");
+            let value: Json = serde_json::from_str(&line).unwrap();
+            if value["id"] == id {
+                return value;
+            }
+        }
+    };
+    send(json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-06-18", "capabilities": {},
+        "clientInfo": {"name": "raw", "version": "0"}}}));
+    assert!(answer(1)["result"].is_object());
+    send(json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
+    send(json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {
+        "name": "greet", "arguments": {"who": "Ada", "times": "twice"}}}));
+    let mistyped = answer(2);
+    assert_eq!(mistyped["result"]["isError"], true, "{mistyped}");
+    assert!(
+        mistyped["result"]["content"][0]["text"]
+            .as_str()
+            .is_some_and(|t| t.contains("`times` is declared as integer")),
+        "{mistyped}"
+    );
+    // A field the prompt does not declare is allowed (chapter 06).
+    send(json!({"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": {
+        "name": "greet", "arguments": {"who": "Ada", "extra": true}}}));
+    let extra = answer(3);
+    assert_eq!(extra["result"]["isError"], false, "{extra}");
+    drop(stdin);
+    let _ = child.wait();
+    // The refused call ran nothing; the accepted one is the history's only run.
+    assert_eq!(history_outcomes(dir.path()).len(), 1);
+}
