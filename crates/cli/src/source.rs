@@ -101,39 +101,11 @@ pub fn display_location(err: &ParseError) -> Option<(u32, u32)> {
     err.fault_line().map(|line| (line, err.column.unwrap_or(1)))
 }
 
-/// Where a problem `check` found is: its own line and column, or for a Lua compile failure
-/// the fault line the diagnostic names and, when the token it names (`near 'x'`) occurs once
-/// on that line of `text`, that token's 1-based byte column (`<eof>`: just past the line).
-/// Lua names no column itself, so none is given rather than a made-up one.
+/// Where a problem `check` found is: its line and, when known, the column it starts at
+/// (see [`ParseError::span_in`]).
 pub fn problem_location(err: &ParseError, text: &str) -> Option<(u32, Option<u32>)> {
-    if let Some(line) = err.line {
-        return Some((line, err.column));
-    }
-    let (line, _) = display_location(err)?;
-    let source_line = text
-        .split('\n')
-        .nth(usize::try_from(line).ok()?.checked_sub(1)?)
-        .map(|l| l.strip_suffix('\r').unwrap_or(l))?;
-    let column = near_token(&err.message).and_then(|token| {
-        if token == "<eof>" {
-            return u32::try_from(source_line.len() + 1).ok();
-        }
-        let mut found = source_line.match_indices(token);
-        let (at, _) = found.next()?;
-        found.next().is_none().then(|| u32::try_from(at + 1).ok())?
-    });
-    Some((line, column))
-}
-
-/// The token a Lua syntax diagnostic names: `near 'x'` (quotes taken off) or `near <eof>`.
-fn near_token(message: &str) -> Option<&str> {
-    let (_, after) = message.rsplit_once(" near ")?;
-    if after.starts_with("<eof>") {
-        return Some("<eof>");
-    }
-    let quoted = after.strip_prefix('\'')?;
-    let end = quoted.rfind('\'')?;
-    Some(&quoted[..end]).filter(|token| !token.is_empty())
+    err.span_in(text)
+        .map(|(line, columns)| (line, columns.map(|(start, _)| start)))
 }
 
 /// A parse failure as one line for people: `FILE:LINE:COL: error[KIND]: message` (the location

@@ -580,7 +580,8 @@ fn a_prompt_from_stdin_or_a_pipe_a_folder_to_check_a_short_model_flag_and_a_fina
 #[test]
 fn check_prints_every_problem_as_file_line_column() {
     let dir = tempfile::tempdir().unwrap();
-    let fixture = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/check/many/every-problem.md");
+    let fixture = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../tests/fixtures/check/many/every-problem.md");
     std::fs::copy(fixture, dir.path().join("many.md")).unwrap();
     let output = promptforge(dir.path())
         .args(["check", "many.md"])
@@ -597,8 +598,16 @@ fn check_prints_every_problem_as_file_line_column() {
     // Every independent problem, each at its own line and real column, in file order.
     assert_eq!(
         starts,
-        ["many.md:13:11", "many.md:18:3", "many.md:24:1", "many.md:27:7"],
+        [
+            "many.md:13:11",
+            "many.md:18:3",
+            "many.md:24:1",
+            "many.md:27:7"
+        ],
         "{all}"
     );
-    assert!(all.contains("many.md:18:3: error[Structure]: duplicate sibling section name `A`"), "{all}");
+    assert!(
+        all.contains("many.md:18:3: error[Structure]: duplicate sibling section name `A`"),
+        "{all}"
+    );
 }

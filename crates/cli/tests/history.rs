@@ -392,7 +392,10 @@ fn rounds_and_tool_calls_are_events_and_a_round_can_be_read_back() {
         .iter()
         .position(|t| t.contains("run_ended"))
         .unwrap_or(texts.len());
-    assert!(first_round < second_round && second_round < ended, "{texts:?}");
+    assert!(
+        first_round < second_round && second_round < ended,
+        "{texts:?}"
+    );
     let (code, _, stderr) = out(dir.path(), &["runs", "show", "last", "--round", "3"]);
     assert_eq!(code, Some(1));
     assert!(
@@ -501,7 +504,14 @@ fn a_version_2_record_without_round_events_still_replays_identically() {
     std::fs::write(dir.path().join("loop.json"), LOOP_SCRIPT).unwrap();
     let (code, _, stderr) = out(
         dir.path(),
-        &["run", "loop.md", "--script", "loop.json", "--record", "new.record"],
+        &[
+            "run",
+            "loop.md",
+            "--script",
+            "loop.json",
+            "--record",
+            "new.record",
+        ],
     );
     assert_eq!(code, Some(0), "{stderr}");
     // What a version-2 writer made of the same run: no model_round or tool_call events.
@@ -520,7 +530,10 @@ fn a_version_2_record_without_round_events_still_replays_identically() {
         }
         lines.push(value.to_string());
     }
-    assert!(lines.len() < record.lines().count(), "round events were dropped");
+    assert!(
+        lines.len() < record.lines().count(),
+        "round events were dropped"
+    );
     std::fs::write(dir.path().join("old.record"), lines.join("\n") + "\n").unwrap();
     let (code, stdout, stderr) = out(dir.path(), &["replay", "old.record"]);
     assert_eq!(code, Some(0), "{stderr}");

@@ -1292,13 +1292,17 @@ fn a_call_with_a_value_of_another_type_is_a_tool_error_and_runs_nothing() {
             }
         }
     };
-    send(json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+    send(
+        json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
         "protocolVersion": "2025-06-18", "capabilities": {},
-        "clientInfo": {"name": "raw", "version": "0"}}}));
+        "clientInfo": {"name": "raw", "version": "0"}}}),
+    );
     assert!(answer(1)["result"].is_object());
     send(json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
-    send(json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {
-        "name": "greet", "arguments": {"who": "Ada", "times": "twice"}}}));
+    send(
+        json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {
+        "name": "greet", "arguments": {"who": "Ada", "times": "twice"}}}),
+    );
     let mistyped = answer(2);
     assert_eq!(mistyped["result"]["isError"], true, "{mistyped}");
     assert!(
@@ -1308,8 +1312,10 @@ fn a_call_with_a_value_of_another_type_is_a_tool_error_and_runs_nothing() {
         "{mistyped}"
     );
     // A field the prompt does not declare is allowed (chapter 06).
-    send(json!({"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": {
-        "name": "greet", "arguments": {"who": "Ada", "extra": true}}}));
+    send(
+        json!({"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": {
+        "name": "greet", "arguments": {"who": "Ada", "extra": true}}}),
+    );
     let extra = answer(3);
     assert_eq!(extra["result"]["isError"], false, "{extra}");
     drop(stdin);

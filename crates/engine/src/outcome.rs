@@ -96,32 +96,27 @@ pub enum Outcome {
 }
 
 /// The major version this build runs.
-pub const SUPPORTED_MAJOR: u64 = 0;
+pub use promptforge_syntax::frontmatter::SUPPORTED_MAJOR;
+use promptforge_syntax::frontmatter::VersionProblem;
 
 /// The run's first step, before anything executes: a file that failed to parse fails the run
 /// with `Parse`; a file without `promptforge:` fails with `Parse` (parse error kind
 /// `Structure`); any major other than 0 fails with `Version`. `Ok` means the run may go on.
 pub fn first_step(parsed: Result<&Prompt, &ParseError>) -> Result<(), RunError> {
     let prompt = parsed.map_err(|e| RunError::from(e.clone()))?;
-    match &prompt.frontmatter.promptforge {
-        None => Err(RunError {
+    match prompt.frontmatter.version_check() {
+        Ok(()) => Ok(()),
+        Err(problem @ VersionProblem::Missing) => Err(RunError {
             parse_kind: Some(ParseErrorKind::Structure),
-            ..RunError::new(
-                RunErrorKind::Parse,
-                "not a promptforge prompt: no promptforge version",
-            )
+            ..RunError::new(RunErrorKind::Parse, problem.message())
         }),
-        Some(version) if version.major != SUPPORTED_MAJOR => Err(RunError {
+        Err(VersionProblem::Unsupported(version)) => Err(RunError {
             line: Some(version.line),
             column: Some(version.column),
             ..RunError::new(
                 RunErrorKind::Version,
-                format!(
-                    "unsupported promptforge version: {} (this build supports major {SUPPORTED_MAJOR})",
-                    version.major
-                ),
+                VersionProblem::Unsupported(version).message(),
             )
         }),
-        Some(_) => Ok(()),
     }
 }

@@ -1,7 +1,8 @@
 //! One document's analysis (see the crate's opening).
 
+use promptforge_syntax::frontmatter::VersionProblem;
 use promptforge_syntax::heading_ref::{HeadingRef, parse_heading_ref};
-use promptforge_syntax::{Outline, OutlineFence, ParseError, Prompt, SectionId};
+use promptforge_syntax::{Outline, OutlineFence, ParseError, ParseErrorKind, Prompt, SectionId};
 
 use crate::lua_lex::{Spanned, Token, tokens};
 use crate::reference;
@@ -94,7 +95,7 @@ pub struct Symbol {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum SiteKind {
     /// A heading reference (`call`, `jump`, `fanout`, `tasks.spawn`, `list_from_section`,
-    /// `tools.allow_tasks`).
+    /// `tools.allow_tasks`, each also as `pcall(f, ...)`; the `task` built-in's `target`).
     Section,
     /// A role label (`models.use`, `models.default`, `models.get`).
     Role,
@@ -113,8 +114,13 @@ struct Site {
     /// The literal, quotes included.
     span: Span,
     closed: bool,
-    /// The fence it is in.
-    fence: usize,
+    /// The fence it is in (`None` for a `"target"` written in prose).
+    fence: Option<usize>,
+    /// Where the code (or the prose) that names it runs.
+    place: Place,
+    /// Written under `pcall(f, ...)`: the author expects it may fail (the spec's way to
+    /// probe for a section), so it navigates but is never warned about.
+    guarded: bool,
 }
 
 /// Where a fence's code runs: the H1 body (`None`), a section, or every section (shared).
@@ -152,7 +158,10 @@ impl Analysis {
         let places = outline
             .fences
             .iter()
-            .map(|fence| place_of(&outline, prompt.as_ref(), fence))
+            .map(|fence| match fence.shared {
+                true => Place::Shared,
+                false => place_at(&outline, prompt.as_ref(), fence.open_line),
+            })
             .collect();
         let mut analysis = Analysis {
             lines,
@@ -165,7 +174,9 @@ impl Analysis {
         };
         analysis.sites = analysis.find_sites();
         let mut diagnostics: Vec<Diagnostic> =
-            problems.iter().map(|p| analysis.problem(p)).collect();
+            problems.iter().map(|p| analysis.problem(p, text)).collect();
+        analysis.problems = problems;
+        diagnostics.extend(analysis.version_problem());
         let mut lines_with_errors: Vec<u32> =
             diagnostics.iter().map(|d| d.span.start.line).collect();
         lines_with_errors.sort_unstable();
@@ -179,7 +190,6 @@ impl Analysis {
         }
         diagnostics.sort_by_key(|d| (d.span.start, d.severity == Severity::Warning));
         analysis.diagnostics = diagnostics;
-        analysis.problems = problems;
         analysis
     }
 
@@ -223,21 +233,58 @@ impl Analysis {
         }
     }
 
-    /// A parse problem as a diagnostic: at its line and column (to the end of the line), or
-    /// for a Lua diagnostic at the fault line its text names.
-    fn problem(&self, err: &ParseError) -> Diagnostic {
-        let (line, col) = (err.fault_line().unwrap_or(1), err.column);
+    /// A parse problem as a diagnostic: what it points at when known (a Lua diagnostic's
+    /// `near` token, a structure problem's column to the end of its line), else its whole line.
+    fn problem(&self, err: &ParseError, text: &str) -> Diagnostic {
+        let (line, columns) = err
+            .span_in(text)
+            .unwrap_or((err.fault_line().unwrap_or(1), None));
         let mut span = self.line_span(line.max(1));
-        if let Some(col) = col {
-            span.start.col = col.min(span.end.col);
+        if let Some((start, end)) = columns {
+            span.start.col = start.min(span.end.col);
+            // A problem with a column of its own names where something starts: the rest of
+            // its line is what it is about (a heading, a key); a Lua token is just itself.
+            if err.kind == ParseErrorKind::Lua {
+                span.end.col = end.clamp(span.start.col, span.end.col.max(span.start.col));
+            }
         }
         Diagnostic {
             span,
             severity: Severity::Error,
             kind: err.kind.to_string(),
             message: err.message.clone(),
-            whole_line: col.is_none(),
+            whole_line: columns.is_none(),
         }
+    }
+
+    /// The first step's refusal of a file that parses (`check` reports it too): no
+    /// `promptforge:` key (at the opening `---`), or a major this build does not run (at the
+    /// value). Only when the frontmatter decoded, so it never doubles a frontmatter error.
+    fn version_problem(&self) -> Option<Diagnostic> {
+        let prompt = self.prompt.as_ref()?;
+        if self
+            .problems
+            .iter()
+            .any(|p| p.kind == ParseErrorKind::Frontmatter)
+        {
+            return None;
+        }
+        let problem = prompt.frontmatter.version_check().err()?;
+        let (span, kind, whole_line) = match &problem {
+            VersionProblem::Missing => (self.line_span(1), "Structure", true),
+            VersionProblem::Unsupported(version) => {
+                let mut span = self.line_span(version.line);
+                span.start.col = version.column.min(span.end.col);
+                (span, "Version", false)
+            }
+        };
+        Some(Diagnostic {
+            span,
+            severity: Severity::Error,
+            kind: kind.to_owned(),
+            message: problem.message(),
+            whole_line,
+        })
     }
 
     /// Every literal argument of the calls that name sections, roles and tools.
@@ -254,41 +301,139 @@ impl Analysis {
                     col: u32::try_from(col + 1).unwrap_or(u32::MAX),
                 }
             };
+            let place = self.places.get(index).copied().unwrap_or(Place::Nowhere);
+            let mut push = |kind: SiteKind, function: &str, literal: &Spanned, guarded: bool| {
+                let Token::Str { value, closed } = &literal.token else {
+                    return;
+                };
+                sites.push(Site {
+                    kind,
+                    function: function.to_owned(),
+                    value: value.clone(),
+                    span: Span {
+                        start: pos_of(literal.start),
+                        end: pos_of(literal.end),
+                    },
+                    closed: *closed,
+                    fence: Some(index),
+                    place,
+                    guarded,
+                });
+            };
             let mut i = 0;
             while i < toks.len() {
+                // `target = '## X'` in a table: the `task` built-in's argument, as a test
+                // double or a scripted reply writes it.
+                if let (Some(Token::Name(name)), Some(Token::Punct('=')), Some(literal)) = (
+                    toks.get(i).map(|t| &t.token),
+                    toks.get(i + 1).map(|t| &t.token),
+                    toks.get(i + 2),
+                ) && name == "target"
+                    && i > 0
+                    && matches!(
+                        toks[i - 1].token,
+                        Token::Punct('{') | Token::Punct(',') | Token::Punct(';')
+                    )
+                    && matches!(
+                        toks.get(i + 3).map(|t| &t.token),
+                        None | Some(Token::Punct(',' | ';' | '}'))
+                    )
+                {
+                    push(SiteKind::Section, "task", literal, false);
+                    i += 3;
+                    continue;
+                }
                 let Some((function, after)) = dotted_path(&toks, i) else {
                     i += 1;
                     continue;
                 };
-                let kind = match function.as_str() {
-                    "call" | "jump" | "fanout" | "tasks.spawn" | "list_from_section"
-                    | "tools.allow_tasks" => Some(SiteKind::Section),
-                    "models.use" | "models.default" | "models.get" => Some(SiteKind::Role),
-                    "tools.add" | "tools.always" | "tools.call" => Some(SiteKind::Tool),
-                    "tools.add_local" => Some(SiteKind::LocalTool),
-                    _ => None,
-                };
-                let Some(kind) = kind else {
+                // `pcall(call, '## X')`: the protected call's function and its first argument.
+                if function == "pcall"
+                    && toks.get(after).map(|t| &t.token) == Some(&Token::Punct('('))
+                    && let Some((inner, inner_after)) = dotted_path(&toks, after + 1)
+                    && toks.get(inner_after).map(|t| &t.token) == Some(&Token::Punct(','))
+                    && let Some(kind) = site_kind(&inner)
+                {
+                    for literal in first_argument(&toks, inner_after + 1) {
+                        push(kind, &inner, literal, true);
+                    }
+                    i = inner_after + 1;
+                    continue;
+                }
+                let Some(kind) = site_kind(&function) else {
                     i = after.max(i + 1);
                     continue;
                 };
                 for literal in first_argument(&toks, after) {
-                    let Token::Str { value, closed } = &literal.token else {
-                        continue;
-                    };
-                    sites.push(Site {
-                        kind,
-                        function: function.clone(),
-                        value: value.clone(),
-                        span: Span {
-                            start: pos_of(literal.start),
-                            end: pos_of(literal.end),
-                        },
-                        closed: *closed,
-                        fence: index,
-                    });
+                    push(kind, &function, literal, false);
                 }
                 i = after;
+            }
+        }
+        sites.extend(self.prose_targets());
+        sites.sort_by_key(|s| s.span.start);
+        sites
+    }
+
+    /// `"target": "## X"` written in prose (the `task` built-in's arguments, as a prompt shows
+    /// the model how to call it): a section reference resolved from the section it is in.
+    fn prose_targets(&self) -> Vec<Site> {
+        let in_fence = |line: u32| {
+            self.outline
+                .fences
+                .iter()
+                .any(|f| line >= f.open_line && line <= f.close_line.max(f.open_line))
+        };
+        let in_frontmatter = |line: u32| {
+            self.outline
+                .frontmatter
+                .is_some_and(|(open, close)| line >= open && line <= close)
+        };
+        let mut sites = Vec::new();
+        for (index, text) in self.lines.iter().enumerate() {
+            let line = u32::try_from(index + 1).unwrap_or(u32::MAX);
+            if !text.contains("\"target\"") || in_fence(line) || in_frontmatter(line) {
+                continue;
+            }
+            let mut from = 0;
+            while let Some(found) = text[from..].find("\"target\"") {
+                let key_end = from + found + "\"target\"".len();
+                from = key_end;
+                let rest = &text[key_end..];
+                let Some(after_colon) = rest.trim_start().strip_prefix(':') else {
+                    continue;
+                };
+                let value = after_colon.trim_start();
+                let Some(body) = value.strip_prefix('"') else {
+                    continue;
+                };
+                let open = text.len() - value.len();
+                let (inner, closed) = match body.find('"') {
+                    Some(end) => (&body[..end], true),
+                    None => (body, false),
+                };
+                let close = open + 1 + inner.len() + usize::from(closed);
+                let col = |byte: usize| u32::try_from(byte + 1).unwrap_or(u32::MAX);
+                sites.push(Site {
+                    kind: SiteKind::Section,
+                    function: "task".to_owned(),
+                    value: inner.to_owned(),
+                    span: Span {
+                        start: Pos {
+                            line,
+                            col: col(open),
+                        },
+                        end: Pos {
+                            line,
+                            col: col(close),
+                        },
+                    },
+                    closed,
+                    fence: None,
+                    place: place_at(&self.outline, self.prompt.as_ref(), line),
+                    guarded: false,
+                });
+                from = close;
             }
         }
         sites
@@ -299,6 +444,12 @@ impl Analysis {
         let Some(prompt) = &self.prompt else {
             return Vec::new();
         };
+        // While the frontmatter does not decode, what it declares is unknown: only section
+        // references are checked.
+        let declarations_known = !self
+            .problems
+            .iter()
+            .any(|p| p.kind == ParseErrorKind::Frontmatter);
         let fm = &prompt.frontmatter;
         let roles: Vec<&str> = fm.models.iter().map(|r| r.label.as_str()).collect();
         let tools: Vec<&str> = fm.tools.iter().map(|t| t.alias.as_str()).collect();
@@ -318,14 +469,14 @@ impl Analysis {
                 whole_line: false,
             });
         };
-        for site in self.sites.iter().filter(|s| s.closed) {
+        for site in self.sites.iter().filter(|s| s.closed && !s.guarded) {
             match site.kind {
                 SiteKind::Section => {
                     if let Some(message) = self.section_problem(prompt, site) {
                         warn(site.span, message);
                     }
                 }
-                SiteKind::Role if site.function != "models.get" => {
+                SiteKind::Role if site.function != "models.get" && declarations_known => {
                     if !roles.contains(&site.value.as_str()) {
                         warn(
                             site.span,
@@ -337,7 +488,7 @@ impl Analysis {
                         );
                     }
                 }
-                SiteKind::Tool => {
+                SiteKind::Tool if declarations_known => {
                     let declared = tools.contains(&site.value.as_str());
                     let local =
                         site.function == "tools.call" && locals.contains(&site.value.as_str());
@@ -352,7 +503,7 @@ impl Analysis {
                         );
                     }
                 }
-                SiteKind::Role | SiteKind::LocalTool => {}
+                SiteKind::Role | SiteKind::Tool | SiteKind::LocalTool => {}
             }
         }
         out
@@ -360,15 +511,15 @@ impl Analysis {
 
     /// Why a section reference names nothing where it is written, if it does not.
     fn section_problem(&self, prompt: &Prompt, site: &Site) -> Option<String> {
+        // A `target` field may be any table's: only one written as a heading is checked.
+        if site.function == "task" && !site.value.trim_start().starts_with('#') {
+            return None;
+        }
         let reference = match parse_heading_ref(&site.value) {
             Ok(reference) => reference,
             Err(err) => return Some(err.to_string()),
         };
-        let place = self
-            .places
-            .get(site.fence)
-            .copied()
-            .unwrap_or(Place::Nowhere);
+        let place = site.place;
         match place {
             Place::Nowhere => None,
             // Shared code runs in every section: only a name no heading has is a mistake.
@@ -423,7 +574,7 @@ impl Analysis {
     fn target_of(&self, site: &Site) -> Option<SectionId> {
         let prompt = self.prompt.as_ref()?;
         let reference = parse_heading_ref(&site.value).ok()?;
-        match self.places.get(site.fence).copied()? {
+        match site.place {
             Place::H1 => prompt.resolve_from(None, &reference),
             Place::Section(id) => prompt.resolve_from(Some(id), &reference),
             Place::Shared => unique_heading(prompt, &reference),
@@ -494,7 +645,7 @@ impl Analysis {
         };
         // Inside a literal argument: what it names.
         if let Some(site) = self.sites.iter().find(|s| {
-            s.fence == index
+            s.fence == Some(index)
                 && s.span.start < pos
                 && (pos < s.span.end || (!s.closed && pos <= s.span.end))
         }) {
@@ -582,11 +733,11 @@ impl Analysis {
         };
         match site.kind {
             SiteKind::Section => {
-                let ids: Vec<SectionId> = match self.places.get(site.fence).copied() {
-                    Some(Place::H1) => prompt.visible_from(None),
-                    Some(Place::Section(id)) => prompt.visible_from(Some(id)),
-                    Some(Place::Shared) => (0..prompt.sections.len()).map(SectionId).collect(),
-                    _ => Vec::new(),
+                let ids: Vec<SectionId> = match site.place {
+                    Place::H1 => prompt.visible_from(None),
+                    Place::Section(id) => prompt.visible_from(Some(id)),
+                    Place::Shared => (0..prompt.sections.len()).map(SectionId).collect(),
+                    Place::Nowhere => Vec::new(),
                 };
                 ids.iter()
                     .filter_map(|id| prompt.section(*id))
@@ -662,7 +813,8 @@ impl Analysis {
 
     /// Which key group a frontmatter line belongs to: `""` at the top level, else the
     /// top-level key whose declarations it is in (`models`, `args`, `input`, `output`,
-    /// `plugins`).
+    /// `plugins`). Under `models:` and `args:` the first level holds the author's own labels
+    /// and names, so a line there gets no group (no key fits it); their keys are one level in.
     fn frontmatter_parent(&self, line: u32) -> String {
         let indent = |text: &str| text.len() - text.trim_start().len();
         let own = indent(self.line(line));
@@ -670,13 +822,28 @@ impl Analysis {
             return String::new();
         }
         let start = self.outline.frontmatter.map_or(1, |(s, _)| s);
-        (start + 1..line)
+        let Some(key_line) = (start + 1..line)
             .rev()
-            .map(|l| self.line(l))
-            .find(|text| !text.trim().is_empty() && indent(text) == 0)
-            .and_then(|text| text.split(':').next())
+            .find(|l| !self.line(*l).trim().is_empty() && indent(self.line(*l)) == 0)
+        else {
+            return String::new();
+        };
+        let key = self
+            .line(key_line)
+            .split(':')
+            .next()
             .map(|key| key.trim().to_owned())
-            .unwrap_or_default()
+            .unwrap_or_default();
+        if key == "models" || key == "args" {
+            let label_indent = (key_line + 1..line)
+                .map(|l| self.line(l))
+                .find(|text| !text.trim().is_empty())
+                .map_or(own, indent);
+            if own <= label_indent {
+                return format!("{key} label");
+            }
+        }
+        key
     }
 
     /// A hover's markdown at `pos`.
@@ -817,11 +984,23 @@ fn attach(stack: &mut [Symbol], roots: &mut Vec<Symbol>, done: Symbol) {
 }
 
 /// Where a fence's code runs.
-fn place_of(outline: &Outline, prompt: Option<&Prompt>, fence: &OutlineFence) -> Place {
-    if fence.shared {
-        return Place::Shared;
+/// What a function's literal first argument names, for the functions that take one.
+fn site_kind(function: &str) -> Option<SiteKind> {
+    match function {
+        "call" | "jump" | "fanout" | "tasks.spawn" | "list_from_section" | "tools.allow_tasks" => {
+            Some(SiteKind::Section)
+        }
+        "models.use" | "models.default" | "models.get" => Some(SiteKind::Role),
+        "tools.add" | "tools.always" | "tools.call" => Some(SiteKind::Tool),
+        "tools.add_local" => Some(SiteKind::LocalTool),
+        _ => None,
     }
-    let (Some(heading), Some(prompt)) = (outline.heading_at(fence.open_line), prompt) else {
+}
+
+/// Where code or prose on a line runs: the H1 body, the section under whose heading it is,
+/// or nowhere (before the H1, under a heading the prompt could not place).
+fn place_at(outline: &Outline, prompt: Option<&Prompt>, line: u32) -> Place {
+    let (Some(heading), Some(prompt)) = (outline.heading_at(line), prompt) else {
         return Place::Nowhere;
     };
     if heading.level == 1 {
@@ -870,9 +1049,16 @@ fn suggestion(name: &str, names: &[&str], what: &str) -> String {
         .map(|n| (strsim::levenshtein(name, n), *n))
         .filter(|(d, n)| *d <= (n.chars().count() / 3).max(2))
         .min_by_key(|(d, _)| *d);
+    // A long list is cut: a message is read in a hover or a terminal line.
+    const LISTED: usize = 12;
     match nearest {
         Some((_, n)) => format!("; did you mean `{n}`?"),
         None if names.is_empty() => String::new(),
+        None if names.len() > LISTED => format!(
+            "; {what}: {}, and {} more",
+            names[..LISTED].join(", "),
+            names.len() - LISTED
+        ),
         None => format!("; {what}: {}", names.join(", ")),
     }
 }

@@ -86,12 +86,59 @@ impl ParseError {
         digits.parse().ok()
     }
 
+    /// Where the problem is in `text`: its line, and the byte columns (1-based, end
+    /// exclusive) of what it points at when that is known. A problem with a column of its own
+    /// points at its column (one character wide). A Lua compile failure is at the fault line
+    /// its diagnostic names and, when the token it names (`near 'x'`) occurs once on that
+    /// line, that token (`near <eof>`: just past the line). Lua names no column itself, so
+    /// none is given rather than a made-up one.
+    pub fn span_in(&self, text: &str) -> Option<(u32, Option<(u32, u32)>)> {
+        if let Some(line) = self.line {
+            return Some((line, self.column.map(|c| (c, c.saturating_add(1)))));
+        }
+        let line = self.fault_line()?;
+        let source_line = text
+            .strip_prefix('\u{feff}')
+            .unwrap_or(text)
+            .split('\n')
+            .nth(usize::try_from(line).ok()?.checked_sub(1)?)
+            .map(|l| l.strip_suffix('\r').unwrap_or(l))?;
+        let columns = near_token(&self.message).and_then(|token| {
+            if token == "<eof>" {
+                let past = u32::try_from(source_line.len() + 1).ok()?;
+                return Some((past, past));
+            }
+            let mut found = source_line.match_indices(token);
+            let (at, _) = found.next()?;
+            if found.next().is_some() {
+                return None;
+            }
+            let start = u32::try_from(at + 1).ok()?;
+            Some((
+                start,
+                start.saturating_add(u32::try_from(token.len()).ok()?),
+            ))
+        });
+        Some((line, columns))
+    }
+
     /// Attach the prompt's name (body failures carry it).
     #[must_use]
     pub fn with_prompt_name(mut self, name: &str) -> Self {
         self.prompt_name = Some(name.to_owned());
         self
     }
+}
+
+/// The token a Lua syntax diagnostic names: `near 'x'` (quotes taken off) or `near <eof>`.
+fn near_token(message: &str) -> Option<&str> {
+    let (_, after) = message.rsplit_once(" near ")?;
+    if after.starts_with("<eof>") {
+        return Some("<eof>");
+    }
+    let quoted = after.strip_prefix('\'')?;
+    let end = quoted.rfind('\'')?;
+    Some(&quoted[..end]).filter(|token| !token.is_empty())
 }
 
 impl fmt::Display for ParseError {

@@ -86,6 +86,24 @@ pub struct Frontmatter {
 }
 
 impl Frontmatter {
+    /// What a file whose frontmatter failed to decode is checked with: nothing declared
+    /// (no name, roles, tools or Plugins; the implicit argument), so the body can still be
+    /// parsed and navigated while the frontmatter is being typed.
+    pub fn undecoded() -> Frontmatter {
+        Frontmatter {
+            name: String::new(),
+            description: String::new(),
+            promptforge: None,
+            max_tool_iterations: None,
+            input: None,
+            output: None,
+            plugins: Vec::new(),
+            tools: Vec::new(),
+            args: ArgsDecl::implicit_default(),
+            models: Vec::new(),
+        }
+    }
+
     /// The tool slot bound under `alias`, if any.
     pub fn tool(&self, alias: &str) -> Option<&ToolSlot> {
         self.tools.iter().find(|slot| slot.alias == alias)
@@ -111,6 +129,47 @@ pub struct VersionDecl {
     pub line: u32,
     /// 1-based byte column of the value.
     pub column: u32,
+}
+
+/// The one major version of the language this build runs.
+pub const SUPPORTED_MAJOR: u64 = 0;
+
+/// Why a parsed prompt would be refused before it runs (chapter 16's first step).
+#[derive(Debug, Clone, PartialEq)]
+pub enum VersionProblem {
+    /// No `promptforge:` key: not a promptforge prompt.
+    Missing,
+    /// A major version this build does not run, where it is written.
+    Unsupported(VersionDecl),
+}
+
+impl VersionProblem {
+    /// The spec's message for it.
+    pub fn message(&self) -> String {
+        match self {
+            VersionProblem::Missing => {
+                "not a promptforge prompt: no promptforge version".to_owned()
+            }
+            VersionProblem::Unsupported(version) => format!(
+                "unsupported promptforge version: {} (this build supports major {SUPPORTED_MAJOR})",
+                version.major
+            ),
+        }
+    }
+}
+
+impl Frontmatter {
+    /// The first step's version rule: `Err` when the file declares no version or a major
+    /// other than [`SUPPORTED_MAJOR`].
+    pub fn version_check(&self) -> Result<(), VersionProblem> {
+        match &self.promptforge {
+            None => Err(VersionProblem::Missing),
+            Some(version) if version.major != SUPPORTED_MAJOR => {
+                Err(VersionProblem::Unsupported(version.clone()))
+            }
+            Some(_) => Ok(()),
+        }
+    }
 }
 
 /// An `input:` or `output:` file declaration.

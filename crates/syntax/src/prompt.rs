@@ -119,8 +119,9 @@ impl Prompt {
     }
 
     /// [`Prompt::check`]'s problems, with the prompt as far as it could be built beside them
-    /// (an editor still navigates a file while it has problems): `None` only when the
-    /// frontmatter or the body's frame (the H1, the delimiters) failed.
+    /// (an editor still navigates a file while it has problems): `None` only when the body's
+    /// frame (the H1, the delimiters) failed. A frontmatter that failed to decode leaves the
+    /// body parsed under [`Frontmatter::undecoded`], which declares nothing.
     pub fn check_partial(source: &str) -> (Option<Prompt>, Vec<ParseError>) {
         let parser = Parser::new(source, true);
         let result = parser.parse();
@@ -624,9 +625,9 @@ impl<'a> Parser<'a> {
                 )?;
         }
 
-        let Some(frontmatter) = frontmatter else {
-            return Ok(None);
-        };
+        // Checking only: a frontmatter that failed (reported already) leaves the body as it
+        // parsed, under a frontmatter that declares nothing.
+        let frontmatter = frontmatter.unwrap_or_else(Frontmatter::undecoded);
         Ok(Some(Prompt {
             frontmatter,
             title,

@@ -121,7 +121,11 @@ impl Inputs {
     /// one for inputs from a pipe (whose `/dev/fd` folder names nothing of the user's).
     fn dir(&self) -> PathBuf {
         match &self.copy {
-            None => self.path.parent().map(Path::to_path_buf).unwrap_or_default(),
+            None => self
+                .path
+                .parent()
+                .map(Path::to_path_buf)
+                .unwrap_or_default(),
             Some(_) => PathBuf::new(),
         }
     }

@@ -198,7 +198,11 @@ fn settle(
 fn shown_path(path: &std::path::Path) -> std::path::PathBuf {
     std::env::current_dir()
         .ok()
-        .and_then(|cwd| path.strip_prefix(cwd).ok().map(std::path::Path::to_path_buf))
+        .and_then(|cwd| {
+            path.strip_prefix(cwd)
+                .ok()
+                .map(std::path::Path::to_path_buf)
+        })
         .filter(|p| !p.as_os_str().is_empty())
         .unwrap_or_else(|| path.to_path_buf())
 }

@@ -1308,7 +1308,10 @@ fn fallback_line(region: &LuaRegion) -> u32 {
             let callee_end = rest
                 .find(|c: char| !(c.is_alphanumeric() || matches!(c, '_' | '.' | ':')))
                 .unwrap_or(rest.len());
-            callee_end > 0 && rest[callee_end..].trim_start().starts_with(['(', '{', '\'', '"'])
+            callee_end > 0
+                && rest[callee_end..]
+                    .trim_start()
+                    .starts_with(['(', '{', '\'', '"'])
         })
         .map(|(index, _)| index)
         .collect();
