@@ -221,3 +221,100 @@ fn an_editor_session_over_stdio() {
     let status = client.child.wait().unwrap();
     assert!(status.success());
 }
+
+/// A prompt with non-ASCII text before the positions asked about, the task target forms,
+/// a frontmatter key, role and tool completions, and declared args.
+const MORE: &str = "---\nname: more\ndescription: d\npromptforge: 0\nmodels:\n  writer: {}\ntools:\n  search: promptforge/web/search\nargs:\n  days:\n    type: integer\n---\n\n# Más\n\n## Main\n\nCall `task` with {\"target\": \"## Résumé\"}.\n\n```lua\nlocal s = 'é'; models.use('writer')\ntools.add('search')\nlocal d = argv.days\nlocal ok = pcall(call, '## Résumé')\n```\n\n## Résumé\n\nSummarise the week.\n";
+
+#[test]
+fn every_request_kind_in_utf8_and_a_closed_file_keeps_no_diagnostics() {
+    let mut client = Client::start();
+    let init = client.request(
+        "initialize",
+        json!({"processId": null, "rootUri": null,
+               "capabilities": {"general": {"positionEncodings": ["utf-8", "utf-16"]}}}),
+    );
+    // A client that can count bytes gets byte columns.
+    assert_eq!(init["capabilities"]["positionEncoding"], "utf-8");
+    client.notify("initialized", json!({}));
+    client.notify(
+        "textDocument/didOpen",
+        json!({"textDocument": {"uri": URI, "languageId": "promptforge", "version": 1, "text": MORE}}),
+    );
+    assert_eq!(client.diagnostics(), Vec::<Value>::new());
+
+    let labels = |items: Value| -> Vec<String> {
+        items
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|i| i["label"].as_str().unwrap().to_owned())
+            .collect()
+    };
+    // Line 20 (0-based) is `local s = 'é'; models.use('writer')`: `é` is two bytes, so the
+    // role label's first letter is at byte 28.
+    assert_eq!(
+        labels(client.request("textDocument/completion", at(20, 28))),
+        ["writer"]
+    );
+    // A tool alias, and the declared args after `argv.`.
+    assert_eq!(
+        labels(client.request("textDocument/completion", at(21, 11))),
+        ["search"]
+    );
+    assert_eq!(
+        labels(client.request("textDocument/completion", at(22, 15))),
+        ["days"]
+    );
+    // A frontmatter key at the top level and one an arg takes.
+    assert!(
+        labels(client.request("textDocument/completion", at(1, 0)))
+            .contains(&"max_tool_iterations".to_owned())
+    );
+    assert!(
+        labels(client.request("textDocument/completion", at(10, 4)))
+            .contains(&"optional".to_owned())
+    );
+
+    // `pcall(call, '## Résumé')` and the prose `"target"` both go to the heading (line 26).
+    for position in [at(23, 25), at(17, 32)] {
+        let definition = client.request("textDocument/definition", position);
+        assert_eq!(definition["range"]["start"]["line"], 26, "{definition}");
+    }
+    // Hover on a section reference shows its first prose line; on a frontmatter key, the key.
+    let hover = client.request("textDocument/hover", at(23, 25));
+    assert!(
+        hover["contents"]["value"]
+            .as_str()
+            .unwrap()
+            .contains("Summarise the week."),
+        "{hover}"
+    );
+    let hover = client.request("textDocument/hover", at(4, 2));
+    assert!(
+        hover["contents"]["value"]
+            .as_str()
+            .unwrap()
+            .contains("models"),
+        "{hover}"
+    );
+
+    // A typo'd target in prose is a warning; closing the file clears what was shown.
+    client.notify(
+        "textDocument/didChange",
+        json!({"textDocument": {"uri": URI, "version": 2}, "contentChanges": [{"text": MORE.replace("{\"target\": \"## Résumé\"}", "{\"target\": \"## Resume\"}")}]}),
+    );
+    let diagnostics = client.diagnostics();
+    assert_eq!(diagnostics.len(), 1, "{diagnostics:?}");
+    assert_eq!(diagnostics[0]["severity"], 2);
+    assert_eq!(diagnostics[0]["range"]["start"]["line"], 17);
+    client.notify(
+        "textDocument/didClose",
+        json!({"textDocument": {"uri": URI}}),
+    );
+    assert_eq!(client.diagnostics(), Vec::<Value>::new());
+
+    client.request("shutdown", Value::Null);
+    client.notify("exit", Value::Null);
+    assert!(client.child.wait().unwrap().success());
+}
