@@ -37,17 +37,27 @@ struct Document {
     text: String,
     starts: Vec<usize>,
     analysis: Analysis,
+    /// The client opened it as a prompt (language id `promptforge`). A file opened as plain
+    /// Markdown is reported on only while its frontmatter has a `promptforge:` key, so a
+    /// server attached to every Markdown file says nothing about READMEs and blog posts.
+    claimed: bool,
 }
 
 impl Document {
-    fn new(text: String) -> Document {
+    fn new(text: String, claimed: bool) -> Document {
         let analysis = Analysis::new(&text);
         let starts = line_starts(&text);
         Document {
             text,
             starts,
             analysis,
+            claimed,
         }
+    }
+
+    /// Whether its diagnostics are shown.
+    fn is_prompt(&self) -> bool {
+        self.claimed || declares_promptforge(&self.text)
     }
 
     fn view(&self) -> Text<'_> {
@@ -56,6 +66,18 @@ impl Document {
             starts: &self.starts,
         }
     }
+}
+
+/// Whether a text's frontmatter (from a first `---` line to the next) has a top-level
+/// `promptforge:` key: what marks a Markdown file as a prompt.
+fn declares_promptforge(text: &str) -> bool {
+    let mut lines = text.trim_start_matches('\u{feff}').lines();
+    if lines.next().map(str::trim) != Some("---") {
+        return false;
+    }
+    lines
+        .take_while(|l| l.trim() != "---")
+        .any(|l| l.starts_with("promptforge:"))
 }
 
 /// A document's text with its line starts, for converting positions without scanning it.
@@ -168,8 +190,9 @@ impl Server {
                     return Vec::new();
                 };
                 let uri = p.text_document.uri.to_string();
+                let claimed = p.text_document.language_id == "promptforge";
                 self.documents
-                    .insert(uri.clone(), Document::new(p.text_document.text));
+                    .insert(uri.clone(), Document::new(p.text_document.text, claimed));
                 uri
             }
             "textDocument/didChange" => {
@@ -193,7 +216,7 @@ impl Server {
                         None => text = change.text,
                     }
                 }
-                *document = Document::new(text);
+                *document = Document::new(text, document.claimed);
                 uri
             }
             "textDocument/didClose" => {
@@ -218,9 +241,12 @@ impl Server {
     /// The diagnostics notification for a document.
     fn diagnostics(&self, uri: &str) -> Option<Notification> {
         let document = self.documents.get(uri)?;
-        let diagnostics: Vec<lsp::Diagnostic> = document
-            .analysis
-            .diagnostics()
+        let shown = if document.is_prompt() {
+            document.analysis.diagnostics()
+        } else {
+            &[]
+        };
+        let diagnostics: Vec<lsp::Diagnostic> = shown
             .iter()
             .map(|d| lsp::Diagnostic {
                 range: range(document.view(), d.span, self.utf8),
