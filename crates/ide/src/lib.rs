@@ -20,3 +20,19 @@ pub use analysis::{Analysis, Completion, CompletionKind, Diagnostic, Pos, Severi
 
 #[doc(no_inline)]
 pub use promptforge_syntax::{Outline, Prompt};
+
+/// A generated prompt of `sections` sections, each with prose and a fence that reads a role
+/// and names the next section: what the editor benchmarks (this crate's and the language
+/// server's) analyse.
+pub fn sample_prompt(sections: usize) -> String {
+    let mut text = String::from(
+        "---\nname: big\ndescription: Many sections\npromptforge: 0\nmodels:\n  w: {}\n---\n\n# Big\n\n",
+    );
+    for i in 0..sections {
+        text.push_str(&format!(
+            "## Part {i}\n\nSay something about part {i}.\n\n```lua\nmodels.use('w')\nlocal r = models.infer(prose)\nif r == '' then jump('## Part {}') end\nreturn r\n```\n\n",
+            (i + 1) % sections.max(1)
+        ));
+    }
+    text
+}
