@@ -34,6 +34,7 @@ mod scheduler;
 mod strand;
 mod tasks;
 mod visible;
+mod walk;
 pub mod when;
 
 pub use events::{AbandonReason, Event, EventKind, Origin, TaskEnding};

@@ -1,12 +1,12 @@
-//! Advancing one strand: its top chain's walk (levels of sibling sections, `jump`, the end of
-//! the walk), its section entries (a fresh VM each, the shared library replay, then the blocks),
-//! and the end of a chain (a called chain's result or failure answered at its caller's `call`,
-//! the strand's own chain ending the strand).
+//! Driving one strand's walk: entering the section its top chain's walk names next (a fresh
+//! VM each), acting on what an entry's step comes to (a call dispatched, the entry finished
+//! or failed, a jump), and the end of a chain (a called chain's result or failure answered at
+//! its caller's `call`, the strand's own chain ending the strand). Where the walk goes and how
+//! an entry steps are the walk room's (`crate::walk`).
 
 use std::sync::Arc;
 
-use promptforge_lua::vm::{ArgvMode, BlockStep, FailureKind, LuaFailure, SectionVm};
-use promptforge_syntax::Block;
+use promptforge_lua::vm::{ArgvMode, FailureKind, LuaFailure, SectionVm};
 use serde_json::Value as Json;
 
 use crate::entry::EntryStart;
@@ -15,8 +15,10 @@ use crate::failure::{engine_failure, error_value_of, internal_failure, is_exhaus
 use crate::ids::TaskId;
 use crate::protocol::{Answer, ErrorValue};
 use crate::run::{Progress, Run, StrandEnd};
-use crate::strand::{Chain, Entry, Level, Place, Stage, Start, Strand, Wait};
-use crate::visible;
+use crate::strand::{Chain, Entry, Place, Stage, Start, Strand, Wait};
+use crate::walk::EntryStep;
+
+use super::dispatch::Dispatch;
 
 impl Run {
     /// Do one unit of work on the strand's top chain.
@@ -59,20 +61,12 @@ impl Run {
         start: Start,
         seeded: bool,
     ) -> Chain {
-        let section = self.prompt.section(start.section).and_then(|x| x.parent);
-        let next = visible::siblings(&self.prompt, section)
-            .iter()
-            .position(|x| *x == start.section)
-            .unwrap_or(0);
         Chain {
             id,
             key: self.admission.add_chain(Some(parent)),
             entries: 0,
             children: 0,
-            levels: vec![Level {
-                parent: section,
-                next,
-            }],
+            levels: crate::walk::levels_at(&self.prompt, start.section),
             var: Arc::unwrap_or_clone(start.var),
             args: start.args,
             argv: start.argv,
@@ -153,25 +147,10 @@ impl Run {
         let Some(chain) = s.top_mut() else {
             return Progress::Continue;
         };
-        let id = loop {
-            let Some(level) = chain.levels.last_mut() else {
-                // The walk ran past its end: no result.
-                return self.finish_chain(s, None);
-            };
-            let parent = level.parent;
-            let next = level.next;
-            match visible::siblings(&self.prompt, parent).get(next) {
-                Some(&id) => {
-                    level.next += 1;
-                    break id;
-                }
-                None => {
-                    chain.levels.pop();
-                }
-            }
+        let Some((id, entry_id)) = chain.next_section(&self.prompt) else {
+            // The walk ran past its end: no result.
+            return self.finish_chain(s, None);
         };
-        let entry_id = format!("{}.{}", chain.id, chain.entries);
-        chain.entries += 1;
         let Some(name) = self.prompt.section(id).map(|x| x.name.clone()) else {
             return Progress::Ended(StrandEnd::Failed {
                 failure: internal_failure("internal invariant violated: section out of range"),
@@ -210,210 +189,88 @@ impl Run {
     /// Run the entry (its shared library replay, then its blocks) until a coroutine suspends
     /// on work that is not answered at once, or the entry ends.
     fn advance_entry(&mut self, s: &mut Strand, mut entry: Box<Entry>) -> Progress {
+        let mut events = Vec::new();
         loop {
-            if !entry.running {
-                match entry.stage {
-                    Stage::Shared => {
-                        // Every section VM replays the shared library; a prompt without one
-                        // replays an empty library, which runs nothing but still reports it.
-                        let Some(shared) = self.prompt.shared.clone() else {
-                            if let Err(failure) = self.shared_loaded(&s.task, &mut entry) {
-                                return self.entry_failed(s, entry, failure, false);
-                            }
-                            continue;
-                        };
-                        if let Err(failure) = entry.vm.start_shared(&shared) {
-                            return self.shared_failed(s, entry, failure);
-                        }
-                    }
-                    Stage::Blocks => {
-                        let prompt = self.prompt.clone();
-                        let blocks = match entry.place {
-                            Place::H1 => &prompt.h1_blocks[..],
-                            Place::Section(id) => {
-                                prompt.section(id).map_or(&[][..], |x| x.blocks.as_slice())
-                            }
-                        };
-                        // The next Lua block; prose blocks are read by the block after them.
-                        let mut index = entry.next_block;
-                        while index < blocks.len() && !matches!(blocks[index], Block::Lua(_)) {
-                            index += 1;
-                        }
-                        let Some(Block::Lua(region)) = blocks.get(index) else {
-                            return self.finish_entry(s, entry, None, None);
-                        };
-                        let prose = match index.checked_sub(1).and_then(|i| blocks.get(i)) {
-                            Some(Block::Prose(p)) => p.text.as_str(),
-                            _ => "",
-                        };
-                        entry.next_block = index + 1;
-                        self.event(
-                            &s.task,
-                            EventKind::BlockStarted {
-                                section: entry.name.clone(),
-                                label: region.label.clone(),
-                            },
-                        );
-                        if let Err(failure) = entry.vm.start_block(region, prose) {
-                            return self.entry_failed(s, entry, failure, false);
-                        }
-                    }
-                }
-                entry.running = true;
+            let step = entry.step(&self.prompt, &mut events);
+            for kind in events.drain(..) {
+                self.event(&s.task, kind);
             }
-            // A call the strand ran ahead to is dispatched now, in the committed order.
-            let step = match entry.pending.take() {
-                Some(request) => BlockStep::Suspended(request),
-                None => {
-                    let answer = entry.answer.take();
-                    if let (Some(awaiting), Some(answer)) = (entry.awaiting.take(), &answer) {
-                        let kind = crate::report::answered(&entry.name, awaiting, answer);
-                        self.event(&s.task, kind);
-                    }
-                    let step = entry.vm.resume(answer);
-                    for report in entry.vm.take_reports() {
-                        let kind = crate::report::of_vm(&entry.name, report);
-                        self.event(&s.task, kind);
-                    }
-                    // A recorded jump wins over however the block ended (pcall cannot cancel
-                    // it).
-                    if entry.stage == Stage::Blocks
-                        && !matches!(step, BlockStep::Suspended(_))
-                        && let Some(target) = entry.vm.take_jump()
-                    {
-                        entry.running = false;
-                        self.block_succeeded(&s.task, &entry);
-                        return self.finish_entry(s, entry, None, Some(target));
-                    }
-                    step
+            let request = match step {
+                EntryStep::Suspended(request) => request,
+                EntryStep::Done(result) => return self.finish_entry(s, entry, result, None),
+                EntryStep::Jumped(target) => {
+                    return self.finish_entry(s, entry, None, Some(target));
+                }
+                EntryStep::SharedFailed(failure) => return self.shared_failed(s, entry, failure),
+                EntryStep::BlockFailed { failure, around } => {
+                    return self.entry_failed(s, entry, failure, around);
                 }
             };
-            if let BlockStep::Suspended(request) = &step
-                && self.ahead.is_some()
+            if self.ahead.is_some()
                 && !request
                     .call
                     .as_ref()
                     .is_ok_and(promptforge_protocol::request::SectionRequest::is_local)
             {
                 // Only the committed order may pass this call: the strand stops here.
-                if let BlockStep::Suspended(request) = step {
-                    entry.pending = Some(request);
-                }
+                entry.pending = Some(request);
                 Self::park_entry(s, entry);
                 return Progress::Paused;
             }
-            match step {
-                BlockStep::Suspended(request) => match self.dispatch(s, &mut entry, &request) {
-                    Ok(super::dispatch::Dispatch::Effect(effect)) => {
-                        entry.awaiting = crate::report::awaiting(&effect);
-                        let (id, work) = if self.ahead.is_some() {
-                            let issued = self.effects.issue_ahead(s.id, effect, s.held);
-                            self.ahead_issued.push(issued.0);
-                            issued
-                        } else {
-                            self.effects.issue(s.id, effect)
-                        };
-                        if self.ctx.effect_sites {
-                            self.sites.insert(
-                                id,
-                                crate::run::EffectSite {
-                                    section: entry.name.clone(),
-                                    line: request.site.as_ref().map(|(_, line)| *line),
-                                },
-                            );
-                        }
-                        entry.waiting = Some(Wait::Effect(id, work));
-                        Self::park_entry(s, entry);
-                        return Progress::Parked;
+            match self.dispatch(s, &mut entry, &request) {
+                Ok(Dispatch::Effect(effect)) => {
+                    entry.awaiting = crate::report::awaiting(&effect);
+                    let (id, work) = if self.ahead.is_some() {
+                        let issued = self.effects.issue_ahead(s.id, effect, s.held);
+                        self.ahead_issued.push(issued.0);
+                        issued
+                    } else {
+                        self.effects.issue(s.id, effect)
+                    };
+                    if self.ctx.effect_sites {
+                        self.sites.insert(
+                            id,
+                            crate::run::EffectSite {
+                                section: entry.name.clone(),
+                                line: request.site.as_ref().map(|(_, line)| *line),
+                            },
+                        );
                     }
-                    Ok(super::dispatch::Dispatch::Answer(answer)) => {
-                        entry.answer = Some(answer);
-                    }
-                    Ok(super::dispatch::Dispatch::Call(chain)) => {
-                        entry.waiting = Some(Wait::Chain);
-                        Self::park_entry(s, entry);
-                        s.stack.push(*chain);
-                        return Progress::Continue;
-                    }
-                    Ok(super::dispatch::Dispatch::Park) => {
-                        entry.waiting = Some(Wait::Tasks);
-                        Self::park_entry(s, entry);
-                        // A strand parked on a wait gives its slot back.
-                        self.release_slot(s, crate::strand::Slot::Lent);
-                        return Progress::Parked;
-                    }
-                    Ok(super::dispatch::Dispatch::Fail(error)) => {
-                        let name = entry.name.clone();
-                        drop(entry);
-                        self.teardown(&s.task, &name);
-                        self.end(crate::outcome::Outcome::Failed(error));
-                        return Progress::Continue;
-                    }
-                    Err(message) => {
-                        return self.coroutine_failed(s, entry, internal_failure(message));
-                    }
-                },
-                BlockStep::Failed(failure) => return self.coroutine_failed(s, entry, failure),
-                BlockStep::Finished(result) => {
-                    entry.running = false;
-                    if entry.stage == Stage::Shared {
-                        if let Err(failure) = self.shared_loaded(&s.task, &mut entry) {
-                            return self.entry_failed(s, entry, failure, false);
-                        }
-                        continue;
-                    }
-                    self.block_succeeded(&s.task, &entry);
-                    if let Some(result) = result {
-                        return self.finish_entry(s, entry, Some(result), None);
-                    }
-                    // A block's end reads var back: a reassigned var fails here.
-                    if let Err(failure) = entry.vm.read_back_var() {
-                        return self.entry_failed(s, entry, failure, true);
-                    }
+                    entry.waiting = Some(Wait::Effect(id, work));
+                    Self::park_entry(s, entry);
+                    return Progress::Parked;
+                }
+                Ok(Dispatch::Answer(answer)) => {
+                    entry.answer = Some(answer);
+                }
+                Ok(Dispatch::Call(chain)) => {
+                    entry.waiting = Some(Wait::Chain);
+                    Self::park_entry(s, entry);
+                    s.stack.push(*chain);
+                    return Progress::Continue;
+                }
+                Ok(Dispatch::Park) => {
+                    entry.waiting = Some(Wait::Tasks);
+                    Self::park_entry(s, entry);
+                    // A strand parked on a wait gives its slot back.
+                    self.release_slot(s, crate::strand::Slot::Lent);
+                    return Progress::Parked;
+                }
+                Ok(Dispatch::Fail(error)) => {
+                    let name = entry.name.clone();
+                    drop(entry);
+                    self.teardown(&s.task, &name);
+                    self.end(crate::outcome::Outcome::Failed(error));
+                    return Progress::Continue;
+                }
+                Err(message) => {
+                    let failure = internal_failure(message);
+                    return match entry.stage {
+                        Stage::Shared => self.shared_failed(s, entry, failure),
+                        Stage::Blocks => self.entry_failed(s, entry, failure, false),
+                    };
                 }
             }
-        }
-    }
-
-    /// The shared library replay is done (or there was none): report it, install the alias
-    /// globals (step 11), and move on to the blocks.
-    fn shared_loaded(&mut self, task: &TaskId, entry: &mut Entry) -> Result<(), LuaFailure> {
-        self.event(
-            task,
-            EventKind::SharedLoadSucceeded {
-                section: entry.name.clone(),
-            },
-        );
-        entry.vm.install_alias_globals()?;
-        entry.stage = Stage::Blocks;
-        Ok(())
-    }
-
-    fn block_succeeded(&mut self, task: &TaskId, entry: &Entry) {
-        let label = visible::blocks_of(&self.prompt, entry.place)
-            .get(entry.next_block.saturating_sub(1))
-            .and_then(Block::as_lua)
-            .map(|r| r.label.clone())
-            .unwrap_or_default();
-        self.event(
-            task,
-            EventKind::BlockSucceeded {
-                section: entry.name.clone(),
-                label,
-            },
-        );
-    }
-
-    /// The entry's coroutine failed: the shared library load or a block, by its stage.
-    fn coroutine_failed(
-        &mut self,
-        s: &mut Strand,
-        entry: Box<Entry>,
-        failure: LuaFailure,
-    ) -> Progress {
-        match entry.stage {
-            Stage::Shared => self.shared_failed(s, entry, failure),
-            Stage::Blocks => self.entry_failed(s, entry, failure, false),
         }
     }
 
@@ -527,41 +384,19 @@ impl Run {
         Progress::Continue
     }
 
-    /// Move the top chain's walk to a jump's target: a sibling (or, from the H1 pass, any
-    /// top-level section) continues the walk there; a direct child starts a child walk whose
-    /// end resumes the parent level after the jumper. A bad target fails with `Lua`.
+    /// Move the top chain's walk to a jump's target (see [`Chain::jump`]); a bad target fails
+    /// the chain with `Lua`.
     fn apply_jump(&mut self, s: &mut Strand, place: Place, target: &str) -> Progress {
-        let id = match visible::resolve(&self.prompt, place, target) {
-            Ok(id) => id,
-            Err(message) => {
-                let failure = engine_failure(ErrorValue::lua(message));
-                return self.chain_failed(s, place, failure, true);
-            }
-        };
-        let from = match place {
-            Place::Section(from) => Some(from),
-            Place::H1 => None,
-        };
-        let is_child = from
-            .and_then(|f| self.prompt.section(f))
-            .is_some_and(|x| x.children.contains(&id));
-        let parent = self.prompt.section(id).and_then(|x| x.parent);
-        let index = visible::siblings(&self.prompt, parent)
-            .iter()
-            .position(|x| *x == id)
-            .unwrap_or(0);
         let Some(chain) = s.top_mut() else {
             return Progress::Continue;
         };
-        if is_child {
-            chain.levels.push(Level {
-                parent,
-                next: index,
-            });
-        } else if let Some(level) = chain.levels.last_mut() {
-            level.next = index;
+        match chain.jump(&self.prompt, place, target) {
+            Ok(()) => Progress::Continue,
+            Err(message) => {
+                let failure = engine_failure(ErrorValue::lua(message));
+                self.chain_failed(s, place, failure, true)
+            }
         }
-        Progress::Continue
     }
 
     /// The top chain ended normally, with a result or by running off its walk. Its live tasks
