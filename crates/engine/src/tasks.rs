@@ -234,6 +234,94 @@ pub(crate) fn await_expired(running: &[TaskId], seconds: f64) -> String {
     }
 }
 
+/// A model task built-in's call (`task`, `task_status`, `task_cancel`, `await_tasks`),
+/// its arguments checked.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum ModelCall {
+    /// Start a task at `target` (trimmed, allowed), under `input` when given.
+    Start {
+        target: String,
+        input: Option<String>,
+    },
+    /// Read one of the section's model tasks.
+    Status(TaskId),
+    /// Cancel one of the section's model tasks.
+    Cancel(TaskId),
+    /// Wait for the section's model tasks, at most `timeout` seconds when given.
+    Await { timeout: Option<f64> },
+}
+
+/// Check a model built-in's arguments: what the model asked for, or the refusal text it
+/// reads back (every fault the model can cause is text, never an error). `allow` is the
+/// section's `tools.allow_tasks` list (`None`: any target); `own` the tasks the section's
+/// model started, the only ones it may name.
+pub(crate) fn model_call(
+    name: &str,
+    args: &Json,
+    allow: Option<&[String]>,
+    own: &[TaskId],
+) -> Result<ModelCall, String> {
+    match name {
+        "task" => {
+            let Some(target) = args.get("target").and_then(Json::as_str) else {
+                return Err(
+                    "task: `target` must be a string naming a section heading, such as `## Research`"
+                        .to_owned(),
+                );
+            };
+            let input = match args.get("input") {
+                None | Some(Json::Null) => None,
+                Some(Json::String(input)) => Some(input.clone()),
+                Some(_) => return Err("task: `input` must be a string when given".to_owned()),
+            };
+            let target = target.trim();
+            if let Some(allowed) = allow {
+                let allowed: Vec<&str> = allowed.iter().map(|a| a.trim()).collect();
+                if !allowed.contains(&target) {
+                    return Err(format!(
+                        "task: target `{target}` is not allowed; allowed targets: {}",
+                        allowed.join(", ")
+                    ));
+                }
+            }
+            Ok(ModelCall::Start {
+                target: target.to_owned(),
+                input,
+            })
+        }
+        "task_status" | "task_cancel" => {
+            let Some(text) = args.get("id").and_then(Json::as_str) else {
+                return Err(format!(
+                    "{name}: `id` must be a task id string, exactly as `task` returned it"
+                ));
+            };
+            let Some(id) = TaskId::parse(text) else {
+                return Err(format!(
+                    "{name}: `{text}` is not a task id; use the id `task` returned"
+                ));
+            };
+            if !own.contains(&id) {
+                return Err(format!("{name}: no model task with id {id}"));
+            }
+            Ok(match name {
+                "task_status" => ModelCall::Status(id),
+                _ => ModelCall::Cancel(id),
+            })
+        }
+        "await_tasks" => match args.get("timeout") {
+            None | Some(Json::Null) => Ok(ModelCall::Await { timeout: None }),
+            Some(Json::Number(n)) if n.as_f64().is_some_and(|t| t >= 0.0) => Ok(ModelCall::Await {
+                timeout: n.as_f64(),
+            }),
+            Some(_) => Err(
+                "await_tasks: `timeout` must be a non-negative number of seconds when given"
+                    .to_owned(),
+            ),
+        },
+        other => Err(format!("{other}: not a task built-in")),
+    }
+}
+
 /// A JSON number the way the model wrote it: integers plainly, fractions in their shortest
 /// form (`0.05`, `2`).
 pub(crate) fn render_seconds(seconds: f64) -> String {
@@ -366,6 +454,65 @@ mod tests {
 
     fn id(text: &str) -> TaskId {
         TaskId::parse(text).unwrap()
+    }
+
+    #[test]
+    fn a_model_built_in_call_is_checked_into_what_it_asks_or_a_refusal() {
+        let own = [id("0.0")];
+        let allow = ["  ## Research ".to_owned()];
+        assert_eq!(
+            model_call(
+                "task",
+                &json!({"target": " ## Research", "input": "x"}),
+                Some(&allow),
+                &own
+            ),
+            Ok(ModelCall::Start {
+                target: "## Research".into(),
+                input: Some("x".into())
+            })
+        );
+        assert_eq!(
+            model_call("task", &json!({"target": "## Draft"}), Some(&allow), &own),
+            Err("task: target `## Draft` is not allowed; allowed targets: ## Research".into())
+        );
+        assert_eq!(
+            model_call("task", &json!({"target": 3}), None, &own),
+            Err(
+                "task: `target` must be a string naming a section heading, such as `## Research`"
+                    .into()
+            )
+        );
+        assert_eq!(
+            model_call("task", &json!({"target": "## A", "input": 1}), None, &own),
+            Err("task: `input` must be a string when given".into())
+        );
+        assert_eq!(
+            model_call("task_status", &json!({"id": "0.0"}), None, &own),
+            Ok(ModelCall::Status(id("0.0")))
+        );
+        assert_eq!(
+            model_call("task_cancel", &json!({"id": "0.1"}), None, &own),
+            Err("task_cancel: no model task with id 0.1".into())
+        );
+        assert_eq!(
+            model_call("task_status", &json!({"id": "x"}), None, &own),
+            Err("task_status: `x` is not a task id; use the id `task` returned".into())
+        );
+        assert_eq!(
+            model_call("await_tasks", &json!({"timeout": 0.5}), None, &own),
+            Ok(ModelCall::Await { timeout: Some(0.5) })
+        );
+        assert_eq!(
+            model_call("await_tasks", &json!({"timeout": -1}), None, &own),
+            Err(
+                "await_tasks: `timeout` must be a non-negative number of seconds when given".into()
+            )
+        );
+        assert_eq!(
+            model_call("spawn", &json!({}), None, &own),
+            Err("spawn: not a task built-in".into())
+        );
     }
 
     #[test]

@@ -21,7 +21,8 @@ use crate::protocol::{Answer, Effect, ErrorValue};
 use crate::requests::lua_error;
 use crate::strand::{Chain, Entry, Notice, Seed, Slot, Start, Strand, StrandId, TaskWait};
 use crate::tasks::{
-    Held, StatusView, TaskRecord, TaskState, await_expired, committed_activity, tasks_live,
+    Held, ModelCall, StatusView, TaskRecord, TaskState, await_expired, committed_activity,
+    tasks_live,
 };
 
 impl Run {
@@ -648,36 +649,14 @@ impl Run {
         args: &Json,
         allow: Option<&[String]>,
     ) -> Dispatch {
-        match name {
-            "task" => {
-                let Some(target) = args.get("target").and_then(Json::as_str) else {
-                    return tool_text(
-                        "task: `target` must be a string naming a section heading, such as `## Research`",
-                        false,
-                    );
-                };
-                let input = match args.get("input") {
-                    None | Some(Json::Null) => None,
-                    Some(Json::String(input)) => Some(input.clone()),
-                    Some(_) => {
-                        return tool_text("task: `input` must be a string when given", false);
-                    }
-                };
-                let target = target.trim();
-                if let Some(allowed) = allow {
-                    let allowed: Vec<&str> = allowed.iter().map(|a| a.trim()).collect();
-                    if !allowed.contains(&target) {
-                        return tool_text(
-                            format!(
-                                "task: target `{target}` is not allowed; allowed targets: {}",
-                                allowed.join(", ")
-                            ),
-                            false,
-                        );
-                    }
-                }
+        let call = match crate::tasks::model_call(name, args, allow, &entry.model_tasks) {
+            Ok(call) => call,
+            Err(refusal) => return tool_text(refusal, false),
+        };
+        match call {
+            ModelCall::Start { target, input } => {
                 let start =
-                    match self.chain_start(s, entry, target, input.as_deref(), Starter::Spawn) {
+                    match self.chain_start(s, entry, &target, input.as_deref(), Starter::Spawn) {
                         Ok(start) => start,
                         Err(message) => return tool_text(format!("task: {message}"), false),
                     };
@@ -688,31 +667,14 @@ impl Run {
                     json!({"text": format!("Task id={id} started"), "ok": true, "started": true}),
                 ))
             }
-            "task_status" | "task_cancel" => {
-                let Some(text) = args.get("id").and_then(Json::as_str) else {
-                    return tool_text(
-                        format!(
-                            "{name}: `id` must be a task id string, exactly as `task` returned it"
-                        ),
-                        false,
-                    );
-                };
-                let Some(id) = TaskId::parse(text) else {
-                    return tool_text(
-                        format!("{name}: `{text}` is not a task id; use the id `task` returned"),
-                        false,
-                    );
-                };
-                if !entry.model_tasks.contains(&id) {
-                    return tool_text(format!("{name}: no model task with id {id}"), false);
-                }
-                if name == "task_status" {
-                    let line = self
-                        .status_view(&id, s, None)
-                        .map(|v| v.line(&id))
-                        .unwrap_or_default();
-                    return tool_text(line, true);
-                }
+            ModelCall::Status(id) => {
+                let line = self
+                    .status_view(&id, s, None)
+                    .map(|v| v.line(&id))
+                    .unwrap_or_default();
+                tool_text(line, true)
+            }
+            ModelCall::Cancel(id) => {
                 // The model's own cancel queues no notice: its confirmation says it all.
                 self.stop_task(&id, TaskEnding::Cancelled);
                 if let Some(record) = self.tasks.records.get_mut(&id) {
@@ -720,17 +682,7 @@ impl Run {
                 }
                 tool_text(format!("Task id={id} cancelled"), true)
             }
-            "await_tasks" => {
-                let seconds = match args.get("timeout") {
-                    None | Some(Json::Null) => None,
-                    Some(Json::Number(n)) if n.as_f64().is_some_and(|t| t >= 0.0) => n.as_f64(),
-                    Some(_) => {
-                        return tool_text(
-                            "await_tasks: `timeout` must be a non-negative number of seconds when given",
-                            false,
-                        );
-                    }
-                };
+            ModelCall::Await { timeout: seconds } => {
                 if !entry.notices.is_empty() {
                     let notices = std::mem::take(&mut entry.notices);
                     let text = self.take_notices(s.claims, notices).join("\n");
@@ -754,7 +706,6 @@ impl Run {
                 s.wait = Some(TaskWait::Await { timer, seconds });
                 Dispatch::Park
             }
-            other => tool_text(format!("{other}: not a task built-in"), false),
         }
     }
 }
