@@ -9,12 +9,14 @@ use promptforge_protocol::request::{SectionRequest, StoreCall};
 use serde_json::Value as Json;
 
 use crate::args::derive_argv;
+use crate::determinism::Claims;
 use crate::outcome::RunError;
 use crate::protocol::{Answer, Effect, store_error_answer};
 use crate::requests::{lua_error, store_op};
 use crate::run::{CALL_DEPTH_CAP, Run};
 use crate::strand::Seed;
 use crate::strand::{Chain, Entry, Start, Strand};
+use promptforge_syntax::Prompt;
 
 /// What a suspended call's request becomes.
 #[derive(Debug)]
@@ -53,7 +55,7 @@ impl Run {
     ) -> Result<Dispatch, String> {
         let call = request.call.as_ref().map_err(Clone::clone)?;
         Ok(match call {
-            SectionRequest::Store(call) => self.store_call(s, call),
+            SectionRequest::Store(call) => store_call(&mut self.claims, s, call),
             SectionRequest::Call { target, input } => {
                 self.start_call(s, entry, target, input.as_deref())
             }
@@ -72,75 +74,6 @@ impl Run {
         })
     }
 
-    /// A store call: its path and arguments are checked and its claim recorded before it
-    /// reaches the store; a claims conflict ends the run.
-    fn store_call(&mut self, s: &Strand, call: &StoreCall) -> Dispatch {
-        let op = match store_op(call) {
-            Ok(op) => op,
-            Err(answer) => return Dispatch::Answer(answer),
-        };
-        let access = match crate::determinism::Access::of(&op) {
-            Ok(access) => access,
-            Err(err) => return Dispatch::Answer(store_error_answer(&err)),
-        };
-        if let Err(conflict) = self.claims.claim(s.claims, &access) {
-            return Dispatch::Fail(conflict.to_run_error());
-        }
-        Dispatch::Effect(Effect::Store(op))
-    }
-
-    /// Resolve a chain's start (`call`, `tasks.spawn`, a fanout's worker, the model's `task`)
-    /// from the calling entry: the target over its visible set, the list-section and depth
-    /// rules, and the input it runs under (`input`, or the caller's own). The caller's `var`
-    /// snapshot is taken now.
-    pub(crate) fn chain_start(
-        &self,
-        s: &Strand,
-        entry: &Entry,
-        target: &str,
-        input: Option<&str>,
-        starter: Starter,
-    ) -> Result<Start, String> {
-        let top = s
-            .top()
-            .ok_or("internal invariant violated: a strand has no chain")?;
-        let section = crate::visible::resolve(&self.prompt, entry.place, target)?;
-        if starter != Starter::Call
-            && let Some(found) = self.prompt.section(section)
-            && found.items.is_some()
-        {
-            return Err(format!(
-                "section `{}` is a list section, not a worker template",
-                found.name
-            ));
-        }
-        if top.depth + 1 > CALL_DEPTH_CAP {
-            let word = match starter {
-                Starter::Call | Starter::Spawn => "call",
-                Starter::Fanout => "fanout",
-            };
-            return Err(format!("{word} recursion exceeded cap of {CALL_DEPTH_CAP}"));
-        }
-        let var = entry
-            .vm
-            .read_back_var()
-            .map_err(|failure| failure.message)?;
-        let (args, argv) = match input {
-            Some(input) => (
-                Arc::from(input),
-                Arc::new(derive_argv(&self.prompt.frontmatter.args, input)),
-            ),
-            None => (top.args.clone(), top.argv.clone()),
-        };
-        Ok(Start {
-            section,
-            var: Arc::new(var),
-            args,
-            argv,
-            seed: Seed::default(),
-        })
-    }
-
     /// `call(target, input?)`: a called chain on top of the caller's, or a refusal at the call.
     fn start_call(
         &mut self,
@@ -149,7 +82,7 @@ impl Run {
         target: &str,
         input: Option<&str>,
     ) -> Dispatch {
-        let start = match self.chain_start(s, entry, target, input, Starter::Call) {
+        let start = match chain_start(&self.prompt, s, entry, target, input, Starter::Call) {
             Ok(start) => start,
             Err(message) => return Dispatch::Answer(lua_error(message)),
         };
@@ -161,6 +94,75 @@ impl Run {
         let (depth, parent) = (top.depth + 1, top.key);
         Dispatch::Call(Box::new(self.chain_from(id, parent, depth, start, false)))
     }
+}
+
+/// A store call: its path and arguments are checked and its claim recorded before it
+/// reaches the store; a claims conflict ends the run.
+fn store_call(claims: &mut Claims, s: &Strand, call: &StoreCall) -> Dispatch {
+    let op = match store_op(call) {
+        Ok(op) => op,
+        Err(answer) => return Dispatch::Answer(answer),
+    };
+    let access = match crate::determinism::Access::of(&op) {
+        Ok(access) => access,
+        Err(err) => return Dispatch::Answer(store_error_answer(&err)),
+    };
+    if let Err(conflict) = claims.claim(s.claims, &access) {
+        return Dispatch::Fail(conflict.to_run_error());
+    }
+    Dispatch::Effect(Effect::Store(op))
+}
+
+/// Resolve a chain's start (`call`, `tasks.spawn`, a fanout's worker, the model's `task`)
+/// from the calling entry: the target over its visible set, the list-section and depth
+/// rules, and the input it runs under (`input`, or the caller's own). The caller's `var`
+/// snapshot is taken now.
+pub(crate) fn chain_start(
+    prompt: &Prompt,
+    s: &Strand,
+    entry: &Entry,
+    target: &str,
+    input: Option<&str>,
+    starter: Starter,
+) -> Result<Start, String> {
+    let top = s
+        .top()
+        .ok_or("internal invariant violated: a strand has no chain")?;
+    let section = crate::visible::resolve(prompt, entry.place, target)?;
+    if starter != Starter::Call
+        && let Some(found) = prompt.section(section)
+        && found.items.is_some()
+    {
+        return Err(format!(
+            "section `{}` is a list section, not a worker template",
+            found.name
+        ));
+    }
+    if top.depth + 1 > CALL_DEPTH_CAP {
+        let word = match starter {
+            Starter::Call | Starter::Spawn => "call",
+            Starter::Fanout => "fanout",
+        };
+        return Err(format!("{word} recursion exceeded cap of {CALL_DEPTH_CAP}"));
+    }
+    let var = entry
+        .vm
+        .read_back_var()
+        .map_err(|failure| failure.message)?;
+    let (args, argv) = match input {
+        Some(input) => (
+            Arc::from(input),
+            Arc::new(derive_argv(&prompt.frontmatter.args, input)),
+        ),
+        None => (top.args.clone(), top.argv.clone()),
+    };
+    Ok(Start {
+        section,
+        var: Arc::new(var),
+        args,
+        argv,
+        seed: Seed::default(),
+    })
 }
 
 #[cfg(test)]

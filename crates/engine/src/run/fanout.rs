@@ -23,7 +23,14 @@ impl Run {
         items: &[Json],
     ) -> Dispatch {
         let items = items.to_vec();
-        let start = match self.chain_start(s, entry, worker, None, Starter::Fanout) {
+        let start = match super::dispatch::chain_start(
+            &self.prompt,
+            s,
+            entry,
+            worker,
+            None,
+            Starter::Fanout,
+        ) {
             Ok(start) => start,
             Err(message) => return Dispatch::Answer(lua_error(message)),
         };

@@ -393,7 +393,14 @@ impl Run {
         item: &Option<Json>,
         index: Option<i64>,
     ) -> Dispatch {
-        let mut start = match self.chain_start(s, entry, target, input, Starter::Spawn) {
+        let mut start = match super::dispatch::chain_start(
+            &self.prompt,
+            s,
+            entry,
+            target,
+            input,
+            Starter::Spawn,
+        ) {
             Ok(start) => start,
             Err(message) => return Dispatch::Answer(lua_error(message)),
         };
@@ -655,11 +662,17 @@ impl Run {
         };
         match call {
             ModelCall::Start { target, input } => {
-                let start =
-                    match self.chain_start(s, entry, &target, input.as_deref(), Starter::Spawn) {
-                        Ok(start) => start,
-                        Err(message) => return tool_text(format!("task: {message}"), false),
-                    };
+                let start = match super::dispatch::chain_start(
+                    &self.prompt,
+                    s,
+                    entry,
+                    &target,
+                    input.as_deref(),
+                    Starter::Spawn,
+                ) {
+                    Ok(start) => start,
+                    Err(message) => return tool_text(format!("task: {message}"), false),
+                };
                 let name = self.target_name(&start);
                 let id = self.spawn_task(s, start, Origin::Model, name, None);
                 entry.model_tasks.push(id.clone());
