@@ -1010,10 +1010,12 @@ fn place_at(outline: &Outline, prompt: Option<&Prompt>, line: u32) -> Place {
             Place::Nowhere
         };
     }
+    // The section arena is in file order: a binary search, not a scan per fence.
     prompt
         .sections
-        .iter()
-        .position(|s| s.line == heading.line)
+        .binary_search_by_key(&heading.line, |s| s.line)
+        .ok()
+        .or_else(|| prompt.sections.iter().position(|s| s.line == heading.line))
         .map_or(Place::Nowhere, |i| Place::Section(SectionId(i)))
 }
 
