@@ -421,90 +421,98 @@ impl Asking {
         arguments: &JsonObject,
         ct: &CancellationToken,
     ) -> Step {
-        let first = tokio::select! {
-            ended = &mut pending.run => {
-                return Step::Ended(joined(ended));
-            }
-            question = pending.questions.recv() => question,
-            () = ct.cancelled() => {
-                pending.cancel.cancel();
+        // A loop, not recursion: a run whose asks are refused (the state could not be sealed,
+        // or the server holds too many parked runs) goes on here, however many times it asks.
+        let (handle, round, sealed, cancel, requests) = loop {
+            let first = tokio::select! {
+                ended = &mut pending.run => {
+                    return Step::Ended(joined(ended));
+                }
+                question = pending.questions.recv() => question,
+                () = ct.cancelled() => {
+                    pending.cancel.cancel();
+                    let ended = (&mut pending.run).await;
+                    return Step::Ended(joined(ended));
+                }
+            };
+            let Some(first) = first else {
+                // No operator left to ask: the run ends on its own.
                 let ended = (&mut pending.run).await;
                 return Step::Ended(joined(ended));
+            };
+            // Every question out now goes in one result.
+            let mut questions = vec![first];
+            while let Ok(more) = pending.questions.try_recv() {
+                questions.push(more);
             }
-        };
-        let Some(first) = first else {
-            // No operator left to ask: the run ends on its own.
-            let ended = (&mut pending.run).await;
-            return Step::Ended(joined(ended));
-        };
-        // Every question out now goes in one result.
-        let mut questions = vec![first];
-        while let Ok(more) = pending.questions.try_recv() {
-            questions.push(more);
-        }
-        let (handle, round) = match resumed {
-            Some((handle, round)) => (handle, round + 1),
-            None => (self.next.fetch_add(1, Ordering::Relaxed), 1),
-        };
-        let mut requests = BTreeMap::new();
-        let mut asked = Vec::new();
-        for (n, question) in questions.into_iter().enumerate() {
-            let key = format!("ask-{round}-{n}");
-            match form(name, question.section.as_deref()) {
-                Ok(params) => {
-                    requests.insert(
-                        key.clone(),
-                        InputRequest::Elicitation(ElicitRequest::new(params)),
+            let (handle, round) = match resumed {
+                Some((handle, round)) => (handle, round + 1),
+                None => (self.next.fetch_add(1, Ordering::Relaxed), 1),
+            };
+            let mut requests = BTreeMap::new();
+            let mut asked = Vec::new();
+            for (n, question) in questions.into_iter().enumerate() {
+                let key = format!("ask-{round}-{n}");
+                match form(name, question.section.as_deref()) {
+                    Ok(params) => {
+                        requests.insert(
+                            key.clone(),
+                            InputRequest::Elicitation(ElicitRequest::new(params)),
+                        );
+                        asked.push((key, question.reply));
+                    }
+                    Err(message) => {
+                        let _ = question.reply.send(Err(message));
+                    }
+                }
+            }
+            let sealed = self.codec.seal_json_with(
+                &Handle { handle, round },
+                &SealOptions::new()
+                    .associated_data(&binding(tool, arguments))
+                    .ttl(self.ttl),
+            );
+            let sealed = match sealed {
+                Ok(sealed) => sealed,
+                Err(e) => {
+                    for (_, reply) in asked {
+                        let _ = reply.send(Err(format!("cannot seal the request state: {e}")));
+                    }
+                    continue;
+                }
+            };
+            let cancel = pending.cancel.clone();
+            // Parked, unless the server holds too many already (then the asks fail, and the run
+            // goes on without their answers).
+            let refused = {
+                let mut parked = self.parked.lock().unwrap_or_else(|e| e.into_inner());
+                if parked.len() >= MAX_PARKED {
+                    Some((pending, asked))
+                } else {
+                    parked.insert(
+                        handle,
+                        Parked {
+                            pending,
+                            round,
+                            asked,
+                        },
                     );
-                    asked.push((key, question.reply));
+                    None
                 }
-                Err(message) => {
-                    let _ = question.reply.send(Err(message));
+            };
+            match refused {
+                Some((again, asked)) => {
+                    for (_, reply) in asked {
+                        let _ = reply.send(Err(
+                            "the server has too many runs waiting for their users' answers"
+                                .to_owned(),
+                        ));
+                    }
+                    pending = again;
                 }
-            }
-        }
-        let sealed = self.codec.seal_json_with(
-            &Handle { handle, round },
-            &SealOptions::new()
-                .associated_data(&binding(tool, arguments))
-                .ttl(self.ttl),
-        );
-        let sealed = match sealed {
-            Ok(sealed) => sealed,
-            Err(e) => {
-                for (_, reply) in asked {
-                    let _ = reply.send(Err(format!("cannot seal the request state: {e}")));
-                }
-                return Box::pin(self.step(pending, resumed, name, tool, arguments, ct)).await;
+                None => break (handle, round, sealed, cancel, requests),
             }
         };
-        let cancel = pending.cancel.clone();
-        // Parked, unless the server holds too many already (then the asks fail, and the run
-        // goes on without their answers).
-        let refused = {
-            let mut parked = self.parked.lock().unwrap_or_else(|e| e.into_inner());
-            if parked.len() >= MAX_PARKED {
-                Some((pending, asked))
-            } else {
-                parked.insert(
-                    handle,
-                    Parked {
-                        pending,
-                        round,
-                        asked,
-                    },
-                );
-                None
-            }
-        };
-        if let Some((pending, asked)) = refused {
-            for (_, reply) in asked {
-                let _ = reply.send(Err(
-                    "the server has too many runs waiting for their users' answers".to_owned(),
-                ));
-            }
-            return Box::pin(self.step(pending, resumed, name, tool, arguments, ct)).await;
-        }
         // A client that never comes back: the run is cancelled when the state expires.
         let parked = Arc::clone(&self.parked);
         let ttl = self.ttl;
@@ -537,12 +545,84 @@ impl Asking {
 
 #[cfg(test)]
 mod tests {
-    #![allow(clippy::unwrap_used)]
+    #![allow(clippy::unwrap_used, clippy::panic)]
 
     use super::*;
     use serde_json::json;
 
     const PARK_TTL: Duration = Duration::from_secs(600);
+
+    /// A run that asks over and over while the server holds too many parked runs: every ask
+    /// is refused at once and the run goes on to its end (in a loop: this once recursed once
+    /// per refused ask).
+    #[tokio::test(flavor = "current_thread")]
+    async fn refused_asks_let_the_run_go_on_however_many_it_makes() {
+        let asking = Asking::new(PARK_TTL).unwrap();
+        let idle = || {
+            let (_tx, questions) = mpsc::unbounded_channel();
+            Pending {
+                run: tokio::spawn(std::future::pending::<Ended>()),
+                questions,
+                cancel: CancellationToken::new(),
+            }
+        };
+        {
+            let mut parked = asking.parked.lock().unwrap();
+            for handle in 0..MAX_PARKED as u64 {
+                parked.insert(
+                    handle + 1_000_000,
+                    Parked {
+                        pending: idle(),
+                        round: 1,
+                        asked: Vec::new(),
+                    },
+                );
+            }
+        }
+        const ASKS: usize = 5_000;
+        let (tx, questions) = mpsc::unbounded_channel();
+        let run = tokio::spawn(async move {
+            let mut refused = 0;
+            for _ in 0..ASKS {
+                let (reply, answer) = oneshot::channel();
+                if tx
+                    .send(Question {
+                        section: None,
+                        reply,
+                    })
+                    .is_err()
+                {
+                    break;
+                }
+                if matches!(answer.await, Ok(Err(ref e)) if e.contains("too many runs")) {
+                    refused += 1;
+                }
+            }
+            Err::<_, String>(format!("refused {refused}"))
+        });
+        let pending = Pending {
+            run,
+            questions,
+            cancel: CancellationToken::new(),
+        };
+        let step = asking
+            .step(
+                pending,
+                None,
+                "p",
+                "p",
+                &JsonObject::new(),
+                &CancellationToken::new(),
+            )
+            .await;
+        match step {
+            Step::Ended(Err(message)) => assert_eq!(message, format!("refused {ASKS}")),
+            Step::Ended(Ok(_)) | Step::Asks(_) => panic!("the run should have ended"),
+        }
+        for parked in asking.parked.lock().unwrap().drain() {
+            parked.1.pending.run.abort();
+        }
+    }
 
     #[test]
     fn answers_are_read_from_the_form_or_what_the_client_sent() {
