@@ -845,8 +845,33 @@ const TASK_TTL_MS: u64 = 60 * 60 * 1000;
 /// How often a client is asked to poll a task.
 const TASK_POLL_MS: u64 = 500;
 
-/// The most resource subscriptions the server keeps (across its clients).
-const MAX_SUBSCRIPTIONS: usize = 1024;
+/// The most resource subscriptions one client may hold, so no client can use up the
+/// server's room for the others.
+const MAX_SUBSCRIPTIONS_PER_CLIENT: usize = 1024;
+
+/// The most resource subscriptions the server keeps across all its clients (a backstop on
+/// memory when many clients connect).
+const MAX_SUBSCRIPTIONS: usize = 16 * 1024;
+
+/// Whether a client may add a subscription, given how many it holds, how many the server
+/// holds, and whether it holds this one already (then nothing is added, and that is no
+/// error). `Ok(true)`: add it.
+fn subscription_room(mine: usize, total: usize, already: bool) -> Result<bool, String> {
+    if already {
+        return Ok(false);
+    }
+    if mine >= MAX_SUBSCRIPTIONS_PER_CLIENT {
+        return Err(format!(
+            "too many resource subscriptions for this client (at most {MAX_SUBSCRIPTIONS_PER_CLIENT}); unsubscribe from some first"
+        ));
+    }
+    if total >= MAX_SUBSCRIPTIONS {
+        return Err(format!(
+            "too many resource subscriptions on this server (at most {MAX_SUBSCRIPTIONS} across its clients)"
+        ));
+    }
+    Ok(true)
+}
 
 /// Whether two handles are the same client connection (rmcp gives a peer no id: the handles
 /// of one connection share the client's `initialize` information, one allocation).
@@ -1382,15 +1407,17 @@ impl ServerHandler for PromptServer {
         cx: RequestContext<RoleServer>,
     ) -> Result<(), ErrorData> {
         let mut subscriptions = self.subscriptions();
-        if subscriptions.len() >= MAX_SUBSCRIPTIONS {
-            return Err(ErrorData::invalid_request(
-                format!(
-                    "too many resource subscriptions on this server (at most {MAX_SUBSCRIPTIONS})"
-                ),
-                None,
-            ));
+        let (mine, already) = subscriptions
+            .iter()
+            .filter(|(p, _)| same_peer(p, &cx.peer))
+            .fold((0, false), |(n, seen), (_, uri)| {
+                (n + 1, seen || *uri == request.uri)
+            });
+        match subscription_room(mine, subscriptions.len(), already) {
+            Ok(true) => subscriptions.push((cx.peer.clone(), request.uri)),
+            Ok(false) => {}
+            Err(message) => return Err(ErrorData::invalid_request(message, None)),
         }
-        subscriptions.push((cx.peer.clone(), request.uri));
         Ok(())
     }
 
@@ -1814,6 +1841,30 @@ fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn each_client_has_room_of_its_own_for_subscriptions() {
+        assert_eq!(subscription_room(0, 0, false), Ok(true));
+        // Subscribing again to what it holds adds nothing and is no error.
+        assert_eq!(subscription_room(1, 1, true), Ok(false));
+        // One client's full room does not stop another.
+        assert!(
+            subscription_room(
+                MAX_SUBSCRIPTIONS_PER_CLIENT,
+                MAX_SUBSCRIPTIONS_PER_CLIENT,
+                false
+            )
+            .is_err_and(|e| e.contains("for this client"))
+        );
+        assert_eq!(
+            subscription_room(0, MAX_SUBSCRIPTIONS_PER_CLIENT, false),
+            Ok(true)
+        );
+        assert!(
+            subscription_room(3, MAX_SUBSCRIPTIONS, false)
+                .is_err_and(|e| e.contains("on this server"))
+        );
+    }
 
     fn prompt(frontmatter: &str) -> Prompt {
         let text = format!(
