@@ -168,6 +168,46 @@ impl Tasks {
         }
     }
 
+    /// `tasks.pending(opts)`: of the tasks a chain owns, in spawn order, those not settled
+    /// yet, of one origin when `origin` names one, as `{task = id}` entries.
+    pub(crate) fn pending_of(&self, owned: &[TaskId], origin: Option<&str>) -> Json {
+        Json::Array(
+            owned
+                .iter()
+                .filter(|id| {
+                    self.records.get(*id).is_some_and(|r| {
+                        !r.settled && origin.is_none_or(|o| o == r.origin.as_str())
+                    })
+                })
+                .map(|id| json!({"task": id.to_string()}))
+                .collect(),
+        )
+    }
+
+    /// `tasks.note(text)` from inside a task: its note, read by `tasks.status`.
+    pub(crate) fn set_note(&mut self, task: &TaskId, text: &str) {
+        if let Some(record) = self.records.get_mut(task) {
+            record.note = Some(text.to_owned());
+        }
+    }
+
+    /// The target of a task the model started that is still running (what a cancel from the
+    /// prompt tells the model), if it is one.
+    pub(crate) fn running_model_target(&self, id: &TaskId) -> Option<Arc<str>> {
+        self.records
+            .get(id)
+            .filter(|r| r.state == TaskState::Running && r.origin == Origin::Model)
+            .map(|r| r.target.clone())
+    }
+
+    /// A cancelled task is settled: nothing waits to take it (cancelling an ended task
+    /// changes nothing else about it).
+    pub(crate) fn settle(&mut self, id: &TaskId) {
+        if let Some(record) = self.records.get_mut(id) {
+            record.settled = true;
+        }
+    }
+
     /// Record that a task ended (nothing else: the caller deals with its strand).
     pub(crate) fn mark_ended(&mut self, id: &TaskId, ending: TaskEnding) {
         if let Some(record) = self.records.get_mut(id) {
@@ -640,6 +680,36 @@ mod registry_tests {
         let (end, deliver) = tasks.take_end(&id("9.9"));
         assert_eq!(end["error"]["kind"], "task_not_owned");
         assert!(!deliver);
+    }
+
+    #[test]
+    fn pending_lists_unsettled_owned_tasks_by_origin_and_a_cancel_settles() {
+        let mut tasks = registry();
+        if let Some(record) = tasks.records.get_mut(&id("0.0.0")) {
+            record.origin = Origin::Model;
+        }
+        let owned = [id("0.0"), id("0.1"), id("0.0.0")];
+        assert_eq!(
+            tasks.pending_of(&owned, None),
+            json!([{"task": "0.0"}, {"task": "0.1"}, {"task": "0.0.0"}])
+        );
+        assert_eq!(
+            tasks.pending_of(&owned, Some("model")),
+            json!([{"task": "0.0.0"}])
+        );
+        // Only a running task the model started has a target to tell the model of.
+        assert_eq!(
+            tasks.running_model_target(&id("0.0.0")).as_deref(),
+            Some("Child")
+        );
+        assert_eq!(tasks.running_model_target(&id("0.0")), None);
+        tasks.settle(&id("0.1"));
+        assert_eq!(
+            tasks.pending_of(&owned, Some("author")),
+            json!([{"task": "0.0"}])
+        );
+        tasks.set_note(&id("0.0.0"), "working");
+        assert_eq!(tasks.records[&id("0.0.0")].note.as_deref(), Some("working"));
     }
 
     #[test]

@@ -61,6 +61,13 @@ pub(crate) fn blocks_of(prompt: &Prompt, place: Place) -> &[Block] {
     }
 }
 
+/// A section's name, shared (empty for an id the prompt does not have).
+pub(crate) fn section_name(prompt: &Prompt, id: SectionId) -> Arc<str> {
+    prompt
+        .section(id)
+        .map_or_else(|| Arc::from(""), |x| Arc::from(x.name.as_str()))
+}
+
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)] // test code

@@ -322,40 +322,22 @@ impl Run {
                 Err(error) => refused(error),
             },
             TasksCall::Pending { origin } => {
-                let origin = origin.as_deref();
-                let owned = s.top().map(|c| c.owned.clone()).unwrap_or_default();
-                let list = owned
-                    .iter()
-                    .filter(|id| {
-                        self.tasks.records.get(*id).is_some_and(|r| {
-                            !r.settled && origin.is_none_or(|o| o == r.origin.as_str())
-                        })
-                    })
-                    .map(|id| json!({"task": id.to_string()}))
-                    .collect();
-                Dispatch::Answer(Answer::Value(Json::Array(list)))
+                let owned = s.top().map_or(&[][..], |c| c.owned.as_slice());
+                Dispatch::Answer(Answer::Value(
+                    self.tasks.pending_of(owned, origin.as_deref()),
+                ))
             }
             TasksCall::Note { text } => {
-                if s.id != MAIN
-                    && let Some(record) = self.tasks.records.get_mut(&s.task)
-                {
-                    record.note = Some(text.clone());
+                if s.id != MAIN {
+                    self.tasks.set_note(&s.task, text);
                 }
                 Dispatch::Answer(Answer::Value(Json::Null))
             }
             TasksCall::Cancel { task } => match self.owned_by(s, task) {
                 Ok(id) => {
-                    let live_model = self
-                        .tasks
-                        .records
-                        .get(&id)
-                        .filter(|r| r.state == TaskState::Running && r.origin == Origin::Model)
-                        .map(|r| r.target.clone());
+                    let live_model = self.tasks.running_model_target(&id);
                     self.stop_task(&id, TaskEnding::Cancelled);
-                    // Cancelling an ended task changes nothing about it, but it is settled.
-                    if let Some(record) = self.tasks.records.get_mut(&id) {
-                        record.settled = true;
-                    }
+                    self.tasks.settle(&id);
                     if let Some(target) = live_model
                         && entry.model_tasks.contains(&id)
                     {
@@ -413,10 +395,9 @@ impl Run {
         Dispatch::Answer(Answer::Value(json!({"task": id.to_string()})))
     }
 
+    /// The name of the section a task starts at (its `target` in status reads and events).
     pub(crate) fn target_name(&self, start: &Start) -> Arc<str> {
-        self.prompt
-            .section(start.section)
-            .map_or_else(|| Arc::from(""), |x| Arc::from(x.name.as_str()))
+        crate::visible::section_name(&self.prompt, start.section)
     }
 
     /// Start a wait's timer.
@@ -690,9 +671,7 @@ impl Run {
             ModelCall::Cancel(id) => {
                 // The model's own cancel queues no notice: its confirmation says it all.
                 self.stop_task(&id, TaskEnding::Cancelled);
-                if let Some(record) = self.tasks.records.get_mut(&id) {
-                    record.settled = true;
-                }
+                self.tasks.settle(&id);
                 tool_text(format!("Task id={id} cancelled"), true)
             }
             ModelCall::Await { timeout: seconds } => {
