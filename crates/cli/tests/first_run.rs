@@ -59,7 +59,8 @@ fn a_forgotten_model_gets_a_hint_and_no_traceback() {
     );
     assert!(!stderr.contains("stack traceback"), "{stderr}");
     assert!(stderr.contains("(-v shows the Lua traceback)"), "{stderr}");
-    // A round with no role and no model is a Binding failure: the same hint.
+    // A round with no role selected is a Binding failure: the hint is the prompt's fix (a
+    // --model would not help).
     write(
         dir.path(),
         "bare.md",
@@ -76,9 +77,12 @@ fn a_forgotten_model_gets_a_hint_and_no_traceback() {
         "{stderr}"
     );
     assert!(
-        stderr.contains("hint: no model is selected: pass --model ID"),
+        stderr.contains(
+            "hint: a model round ran with no model role selected: call `models.use('ROLE')`"
+        ),
         "{stderr}"
     );
+    assert!(!stderr.contains("pass --model"), "{stderr}");
     let verbose = promptforge(dir.path())
         .args(["-v", "run", "writer.md"])
         .output()

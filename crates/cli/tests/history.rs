@@ -391,7 +391,7 @@ fn rounds_and_tool_calls_are_events_and_a_round_can_be_read_back() {
     let ended = texts
         .iter()
         .position(|t| t.contains("run_ended"))
-        .unwrap_or(texts.len());
+        .unwrap_or_else(|| panic!("no run_ended in {texts:?}"));
     assert!(
         first_round < second_round && second_round < ended,
         "{texts:?}"

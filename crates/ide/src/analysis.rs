@@ -271,7 +271,11 @@ impl Analysis {
         }
         let problem = prompt.frontmatter.version_check().err()?;
         let (span, kind, whole_line) = match &problem {
-            VersionProblem::Missing => (self.line_span(1), "Structure", true),
+            VersionProblem::Missing => (
+                self.line_span(self.outline.frontmatter.map_or(1, |(open, _)| open)),
+                "Structure",
+                true,
+            ),
             VersionProblem::Unsupported(version) => {
                 let mut span = self.line_span(version.line);
                 span.start.col = version.column.min(span.end.col);
@@ -511,12 +515,11 @@ impl Analysis {
 
     /// Why a section reference names nothing where it is written, if it does not.
     fn section_problem(&self, prompt: &Prompt, site: &Site) -> Option<String> {
-        // A `target` field may be any table's: only one written as a heading is checked.
-        if site.function == "task" && !site.value.trim_start().starts_with('#') {
-            return None;
-        }
         let reference = match parse_heading_ref(&site.value) {
             Ok(reference) => reference,
+            // A `target` field may be any table's (`#ops`, `#fff`): only one written as a
+            // heading is checked.
+            Err(_) if site.function == "task" => return None,
             Err(err) => return Some(err.to_string()),
         };
         let place = site.place;
@@ -983,7 +986,6 @@ fn attach(stack: &mut [Symbol], roots: &mut Vec<Symbol>, done: Symbol) {
     }
 }
 
-/// Where a fence's code runs.
 /// What a function's literal first argument names, for the functions that take one.
 fn site_kind(function: &str) -> Option<SiteKind> {
     match function {

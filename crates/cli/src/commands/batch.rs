@@ -92,8 +92,8 @@ pub struct MergeArgs {
 
 /// The inputs file, read twice (checked whole before the first run, then fed to the workers
 /// line by line). A regular file is opened again; anything else (a pipe, `<(...)`,
-/// `/dev/stdin`) can be read only once, so it is first copied to an unnamed temporary file,
-/// keeping memory flat in the number of inputs either way.
+/// `/dev/stdin` from a pipe, a named FIFO) can be read only once, so it is first copied to an
+/// unnamed temporary file, keeping memory flat in the number of inputs either way.
 struct Inputs {
     path: PathBuf,
     copy: Option<std::fs::File>,
@@ -118,15 +118,14 @@ impl Inputs {
     }
 
     /// The folder an input's `input_file` is read from: the inputs file's, or the current
-    /// one for inputs from a pipe (whose `/dev/fd` folder names nothing of the user's).
+    /// one for standard input and the descriptors a shell hands over (`/dev/stdin`,
+    /// `/dev/fd/N` from `<(...)`, `/proc/self/fd/N`), whose folders name nothing of the
+    /// user's, whether they are a pipe or a redirected file. A named FIFO keeps its folder.
     fn dir(&self) -> PathBuf {
-        match &self.copy {
-            None => self
-                .path
-                .parent()
-                .map(Path::to_path_buf)
-                .unwrap_or_default(),
-            Some(_) => PathBuf::new(),
+        let handed_over = self.path.starts_with("/dev") || self.path.starts_with("/proc");
+        match self.path.parent() {
+            Some(parent) if !handed_over => parent.to_path_buf(),
+            _ => PathBuf::new(),
         }
     }
 

@@ -125,11 +125,18 @@ fn check_file(path: &Path) -> FileReport {
                 let kind = err
                     .parse_kind
                     .map_or(err.kind.to_string(), |k| k.to_string());
+                // A missing version is the frontmatter's as a whole: shown at its opening
+                // `---`, as the editor shows it.
+                let line = err.line.or_else(|| {
+                    promptforge_syntax::Outline::of(&text)
+                        .frontmatter
+                        .map(|(open, _)| open)
+                });
                 problems.push(Problem {
                     severity: "error",
                     kind,
                     message: err.message,
-                    line: err.line,
+                    line,
                     column: err.column,
                 });
             }

@@ -339,7 +339,7 @@ pub(crate) fn structured_args(
     let mut object = Map::new();
     let mut notes = Vec::new();
     for pair in pairs {
-        let Some((name, value)) = pair.split_once('=') else {
+        let Some((name, value)) = pair.split_once('=').filter(|(name, _)| !name.is_empty()) else {
             return Err(format!("--arg {pair:?}: write it as NAME=VALUE"));
         };
         let Some(arg) = decl.get(name) else {
@@ -387,9 +387,15 @@ pub(crate) fn structured_args(
             return Err(format!("--arg {name}: given twice"));
         }
     }
-    complete_args(decl, &mut object).map_err(|e| match e.strip_suffix("and was not given") {
-        Some(_) => format!("--arg: {e}; pass it as --arg NAME=VALUE"),
-        None => format!("--arg: {e}"),
+    // A refusal keeps the notes: an undeclared name is most often the typo behind it.
+    complete_args(decl, &mut object).map_err(|e| {
+        let refusal = match e.strip_suffix("and was not given") {
+            Some(_) => format!("--arg: {e}; pass it as --arg NAME=VALUE"),
+            None => format!("--arg: {e}"),
+        };
+        notes
+            .iter()
+            .fold(refusal, |text, note| format!("{text}\nnote: {note}"))
     })?;
     let text = serde_json::to_string(&Json::Object(object)).map_err(|e| format!("--arg: {e}"))?;
     Ok((text, notes))
@@ -454,6 +460,15 @@ mod tests {
         assert_eq!(
             structured_args(decl, &["topic".into()]),
             Err("--arg \"topic\": write it as NAME=VALUE".into())
+        );
+        assert_eq!(
+            structured_args(decl, &["=x".into()]),
+            Err("--arg \"=x\": write it as NAME=VALUE".into())
+        );
+        // Refused for a missing required arg: the note on the likely typo comes with it.
+        assert_eq!(
+            structured_args(decl, &["topik=x".into()]),
+            Err("--arg: argument `topic` (string) is required and was not given; pass it as --arg NAME=VALUE\nnote: --arg topik: the prompt declares no arg `topik` (it declares: topic, words, loud, ratio); passed as the string \"x\"".into())
         );
         let free = prompt("");
         assert!(

@@ -75,9 +75,13 @@ fn declares_promptforge(text: &str) -> bool {
     if lines.next().map(str::trim) != Some("---") {
         return false;
     }
-    lines
-        .take_while(|l| l.trim() != "---")
-        .any(|l| l.starts_with("promptforge:"))
+    // A top-level key, written plain or quoted, with or without space before the colon.
+    lines.take_while(|l| l.trim() != "---").any(|l| {
+        !l.starts_with([' ', '\t'])
+            && l.split_once(':').is_some_and(|(key, _)| {
+                key.trim().trim_matches(|c| c == '"' || c == '\'') == "promptforge"
+            })
+    })
 }
 
 /// A document's text with its line starts, for converting positions without scanning it.
@@ -505,6 +509,24 @@ fn offset(text: &str, p: lsp::Position, utf8: bool) -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_markdown_file_is_a_prompt_when_its_frontmatter_declares_promptforge() {
+        for text in [
+            "---\npromptforge: 0\n---\n",
+            "---\nname: x\n\"promptforge\": 1\n---\n",
+            "\u{feff}---\n'promptforge' : 0\n---\n",
+        ] {
+            assert!(declares_promptforge(text), "{text:?}");
+        }
+        for text in [
+            "# Notes\n\npromptforge: 0\n",
+            "---\ntitle: post\n---\npromptforge: 0\n",
+            "---\nmodels:\n  promptforge: {}\n---\n",
+        ] {
+            assert!(!declares_promptforge(text), "{text:?}");
+        }
+    }
 
     #[test]
     fn positions_convert_both_ways_in_either_encoding() {

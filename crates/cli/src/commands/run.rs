@@ -551,10 +551,18 @@ fn hints(path: &std::path::Path, no_args: bool, finished: &Finished) -> Vec<Stri
             ));
         }
     }
+    if err.kind == RunErrorKind::Binding && message.starts_with("model binding required") {
+        // The prompt runs a round with no role selected: a --model cannot fix that.
+        hints.push(
+            "a model round ran with no model role selected: call `models.use('ROLE')` in the \
+             section or `models.default('ROLE')` in the H1 body first, with ROLE declared \
+             under `models:` in the frontmatter"
+                .to_owned(),
+        );
+    }
     if finished.model.is_none()
         && (message.contains("is not a bound model role")
-            || message.contains("model access is turned off or not configured")
-            || err.kind == RunErrorKind::Binding)
+            || message.contains("model access is turned off or not configured"))
     {
         hints.push(
             "no model is selected: pass --model ID (a catalog id, or a quick id such as \

@@ -241,7 +241,7 @@ tools.allow_tasks({ '## Research' })
 local ok, err = pcall(call, '## Resarch')
 local ok2 = pcall(tasks.spawn, '## Research')
 local double = { name = 'task', arguments = { target = '## Research' } }
-local other = { target = 'the moon' }
+local other = { target = 'the moon', colour = { target = '#fff' } }
 tools.always('search')
 tools.always('serch')
 tools.add_local('lookup', 'L', {}, function() end)
