@@ -30,6 +30,7 @@ macro_rules! outln {
 }
 
 mod commands;
+mod declared;
 mod history;
 mod host;
 mod html;

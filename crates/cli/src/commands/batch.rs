@@ -781,7 +781,7 @@ const INPUT_PROBLEMS_SHOWN: usize = 20;
 /// Read every input line before the first run (streaming, one line at a time) and count
 /// them: a line that is not an input, gives both `args` and `arg`, has a `matches` pattern
 /// that is not a regular expression, or whose `arg` object the declaration refuses (see
-/// [`complete_args`](crate::describe::complete_args)) is found now, all of them at once, not
+/// [`complete_args`](crate::declared::complete_args)) is found now, all of them at once, not
 /// after the model calls of the lines before it.
 fn scan_inputs(inputs: &Inputs, decl: &ArgsDecl) -> Result<u64, String> {
     let path = &inputs.path;
@@ -839,7 +839,7 @@ fn parse_input(line: &str, decl: &ArgsDecl) -> Result<InputLine, String> {
         return Err("give `args` (a string) or `arg` (an object), not both".to_owned());
     }
     if let Some(object) = &mut input.arg {
-        crate::describe::complete_args(decl, object).map_err(|e| format!("arg: {e}"))?;
+        crate::declared::complete_args(decl, object).map_err(|e| format!("arg: {e}"))?;
     }
     Ok(input)
 }

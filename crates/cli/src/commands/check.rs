@@ -57,7 +57,7 @@ struct FileReport {
     summary: Option<Summary>,
     /// What the prompt takes (what `describe` prints).
     #[serde(skip_serializing_if = "Option::is_none")]
-    describe: Option<crate::describe::Description>,
+    describe: Option<crate::declared::Description>,
     problems: Vec<Problem>,
 }
 
@@ -166,7 +166,7 @@ fn check_file(path: &Path) -> FileReport {
         file,
         ok: problems.iter().all(|p| p.severity != "error"),
         summary: parsed.map(summarize),
-        describe: parsed.map(crate::describe::Description::of),
+        describe: parsed.map(crate::declared::Description::of),
         problems,
     }
 }

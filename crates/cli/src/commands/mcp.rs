@@ -300,7 +300,7 @@ pub(crate) fn input_schema(fm: &Frontmatter) -> JsonObject {
             property.insert("description".into(), Json::String(description.clone()));
         }
         if let Some(default) = &arg.default {
-            property.insert("default".into(), crate::describe::arg_value_json(default));
+            property.insert("default".into(), crate::declared::arg_value_json(default));
         }
         if !arg.optional && arg.default.is_none() {
             required.push(Json::String(arg.name.clone()));
@@ -379,11 +379,11 @@ enum Refusal {
 
 /// A call's arguments as the run's argument string: the free text, or the JSON object with
 /// the declared defaults filled in and the declared types checked
-/// ([`complete_args`](crate::describe::complete_args)).
+/// ([`complete_args`](crate::declared::complete_args)).
 fn argument_string(fm: &Frontmatter, arguments: &JsonObject) -> Result<Option<String>, Refusal> {
     if fm.args.is_structured() {
         let mut object = arguments.clone();
-        crate::describe::complete_args(&fm.args, &mut object).map_err(Refusal::Declared)?;
+        crate::declared::complete_args(&fm.args, &mut object).map_err(Refusal::Declared)?;
         return Ok(Some(Json::Object(object).to_string()));
     }
     match arguments.get("args") {
@@ -442,7 +442,7 @@ fn completions(fm: &Frontmatter, name: &str, typed: &str) -> Vec<String> {
     };
     let mut values: Vec<String> = Vec::new();
     if let Some(default) = &decl.default {
-        values.push(match crate::describe::arg_value_json(default) {
+        values.push(match crate::declared::arg_value_json(default) {
             Json::String(text) => text,
             other => other.to_string(),
         });

@@ -115,7 +115,7 @@ impl RunArgs {
 /// declaration.
 fn argument_string(args: &RunArgs, prompt: &Prompt) -> Result<Option<String>, String> {
     if !args.arg.is_empty() {
-        let (text, notes) = crate::describe::structured_args(&prompt.frontmatter.args, &args.arg)?;
+        let (text, notes) = crate::declared::structured_args(&prompt.frontmatter.args, &args.arg)?;
         for note in notes {
             errln!("note: {note}");
         }
@@ -710,7 +710,7 @@ fn cancel_watchdog(finished: &AtomicBool, json: bool) {
 fn prompt_help(args: &RunArgs) -> ExitCode {
     use clap::CommandFactory;
     if let Some(path) = &args.prompt {
-        match crate::describe::load(path) {
+        match crate::declared::load(path) {
             Ok(description) => outln!("{}\n", description.text("")),
             Err(message) => errln!("error: {message}\n"),
         }
