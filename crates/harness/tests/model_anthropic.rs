@@ -351,9 +351,9 @@ async fn plain_reply_with_usage() {
     .await;
     let observer = Collect::default();
     let mut request = hello();
-    request
-        .messages
-        .insert(0, Message::system("Be friendly.").into());
+    request.messages = std::iter::once(std::sync::Arc::new(Message::system("Be friendly.")))
+        .chain(request.messages.iter().cloned())
+        .collect();
     let reply = provider(&server).stream(&request, &observer).await.unwrap();
     assert_eq!(server.violations(), Vec::<String>::new());
     assert_eq!(reply.text, "Hello!");
@@ -402,11 +402,12 @@ async fn streamed_tool_calls_accumulate_across_chunks() {
     ])])
     .await;
     let mut request = hello();
-    request.tools = vec![ToolSpec {
+    request.tools = [ToolSpec {
         name: "weather".into(),
         description: "Weather by city".into(),
         parameters: json!({"type": "object", "properties": {"city": {"type": "string"}}}),
-    }];
+    }]
+    .into();
     let reply = provider(&server).complete(&request).await.unwrap();
     assert_eq!(server.violations(), Vec::<String>::new());
     assert_eq!(reply.text, "Let me check.");

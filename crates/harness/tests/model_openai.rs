@@ -344,7 +344,7 @@ async fn streamed_tool_calls_accumulate_across_chunks() {
     ])])
     .await;
     let mut request = hello();
-    request.tools = vec![
+    request.tools = [
         ToolSpec {
             name: "weather".into(),
             description: "Weather by city".into(),
@@ -355,7 +355,8 @@ async fn streamed_tool_calls_accumulate_across_chunks() {
             description: "The time".into(),
             parameters: json!({"type": "object", "properties": {}}),
         },
-    ];
+    ]
+    .into();
     let reply = provider(&server).complete(&request).await.unwrap();
     assert_eq!(server.violations(), Vec::<String>::new());
     assert_eq!(reply.finish_reason, Some(FinishReason::ToolCalls));

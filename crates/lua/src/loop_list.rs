@@ -37,7 +37,7 @@ const NOT_JSON: &str = "messages must be a JSON-representable table";
 pub(crate) struct LoopList {
     cached: Vec<Checked>,
     /// What the last check composed: the records the next round sends.
-    composed: Vec<Arc<Message>>,
+    composed: Arc<[Arc<Message>]>,
     /// Each composed record's bytes for the precheck's estimate, kept while it is unchanged.
     bytes: Vec<u64>,
     /// The records in `cached` as they were when checked, for the next round's walk.
@@ -50,6 +50,11 @@ impl LoopList {
     /// The records the next round sends.
     pub(crate) fn composed(&self) -> &[Arc<Message>] {
         &self.composed
+    }
+
+    /// The composed records as the round sends them: the list itself, shared.
+    pub(crate) fn composed_shared(&self) -> Arc<[Arc<Message>]> {
+        Arc::clone(&self.composed)
     }
 
     /// How many leading records of `list` are the ones checked last time, unchanged; `None`
@@ -106,7 +111,7 @@ impl LoopList {
                         },
                     )
                     .collect();
-                self.composed = composed;
+                self.composed = composed.into();
                 self.bytes = bytes;
                 Ok(Ok(()))
             }

@@ -143,10 +143,12 @@ pub struct ModelRound {
     pub infer: bool,
     /// The model and its settings.
     pub model: ModelTarget,
-    /// The messages to send, in order, already checked and composed.
-    pub messages: Vec<Arc<Message>>,
-    /// The tools offered.
-    pub tools: Vec<ToolSpec>,
+    /// The messages to send, in order, already checked and composed: one shared list (the
+    /// loop's composition, the Harness's request and the record all hold the same one, so a
+    /// round never copies it).
+    pub messages: Arc<[Arc<Message>]>,
+    /// The tools offered (shared with the Harness's request as the messages are).
+    pub tools: Arc<[ToolSpec]>,
 }
 
 /// What one step hands the Host while the run waits.
@@ -223,8 +225,8 @@ mod tests {
                     temperature: Some(0.1),
                     max_tokens: None,
                 },
-                messages: vec![Arc::new(Message::user("hi"))],
-                tools: Vec::new(),
+                messages: Arc::from([Arc::new(Message::user("hi"))]),
+                tools: Arc::from([]),
             }),
         ];
         for effect in effects {

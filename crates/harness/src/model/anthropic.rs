@@ -238,7 +238,7 @@ fn request_body(request: &ChatRequest, options: &AnthropicOptions) -> Value {
             _ => turns.push((role, blocks)),
         }
     };
-    for message in &request.messages {
+    for message in request.messages.iter() {
         match &**message {
             Message::System { content } => system.push(content),
             Message::User { content } => push("user", content_blocks(content)),
@@ -680,11 +680,12 @@ mod tests {
                 Message::user("thanks"),
             ],
         );
-        request.tools.push(ToolSpec {
+        request.tools = [ToolSpec {
             name: "weather".into(),
             description: "d".into(),
             parameters: json!({"type": "object"}),
-        });
+        }]
+        .into();
         request.temperature = Some(1.5);
         let body = request_body(&request, &AnthropicOptions::default());
         assert_eq!(
@@ -774,7 +775,12 @@ mod tests {
                 redacted: None,
             });
         }
-        request.messages[1] = assistant.into();
+        request.messages = [
+            request.messages[0].clone(),
+            Arc::new(assistant),
+            request.messages[2].clone(),
+        ]
+        .into();
         let body = request_body(&request, &options);
         assert_eq!(body["thinking"]["type"], "enabled");
         assert_eq!(

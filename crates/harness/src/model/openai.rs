@@ -772,11 +772,12 @@ mod tests {
                 Message::tool("call_1", "sunny"),
             ],
         );
-        request.tools.push(ToolSpec {
+        request.tools = [ToolSpec {
             name: "weather".into(),
             description: "d".into(),
             parameters: json!({"type": "object"}),
-        });
+        }]
+        .into();
         request.temperature = Some(0.5);
         request.max_tokens = Some(10);
         let body = request_body(&request, &OpenAiOptions::default());

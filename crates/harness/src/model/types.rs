@@ -22,10 +22,10 @@ pub struct ChatRequest {
     /// `claude-sonnet-4-6`: [`ModelDescription::model`], not the catalog id.
     pub model: String,
     /// The conversation, in order. Shared with the engine's round, never copied.
-    pub messages: Vec<Arc<Message>>,
+    pub messages: Arc<[Arc<Message>]>,
     /// The tools on offer this round; empty offers none.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub tools: Vec<ToolSpec>,
+    #[serde(default, skip_serializing_if = "<[ToolSpec]>::is_empty")]
+    pub tools: Arc<[ToolSpec]>,
     /// Sampling temperature, 0.0 to 2.0, when the selection set one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub temperature: Option<f64>,
@@ -47,7 +47,7 @@ impl ChatRequest {
         Self {
             model: model.into(),
             messages: messages.into_iter().map(Into::into).collect(),
-            tools: Vec::new(),
+            tools: Arc::from([]),
             temperature: None,
             max_tokens: None,
             thinking: ThinkingSwitch::ModelDefault,

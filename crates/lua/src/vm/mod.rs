@@ -1188,8 +1188,8 @@ fn model_round(infer: bool, request: &Table) -> Result<ModelRound, String> {
         return Ok(ModelRound {
             infer: true,
             model,
-            messages: vec![Arc::new(Message::user(prompt))],
-            tools: Vec::new(),
+            messages: Arc::from([Arc::new(Message::user(prompt))]),
+            tools: Arc::from([]),
         });
     }
     let tools = match field("tools")? {
@@ -1204,13 +1204,12 @@ fn model_round(infer: bool, request: &Table) -> Result<ModelRound, String> {
     let messages = list
         .borrow::<LoopList>()
         .map_err(|e| malformed(&e))?
-        .composed()
-        .to_vec();
+        .composed_shared();
     Ok(ModelRound {
         infer: false,
         model,
         messages,
-        tools,
+        tools: tools.into(),
     })
 }
 
