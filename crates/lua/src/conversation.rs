@@ -422,7 +422,10 @@ pub fn check_across(checked: &[Checked]) -> Result<(), String> {
         ));
     }
 
-    let mut seen_ids: FxHashSet<&str> = FxHashSet::default();
+    // Sized for the list at once: built anew every round, it would otherwise grow (and
+    // rehash) its way up to the conversation's number of calls each time.
+    let mut seen_ids: FxHashSet<&str> =
+        FxHashSet::with_capacity_and_hasher(checked.len(), Default::default());
     let mut batch: Option<Batch<'_>> = None;
     for (position, entry) in checked.iter().enumerate() {
         let n = position + 1;
