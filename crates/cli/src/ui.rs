@@ -863,6 +863,54 @@ impl crate::witness::Witness for Progress {
 mod tests {
     use super::*;
 
+    /// The head line counts exactly the rounds the lines below it show: refreshed when a round
+    /// of the main walk starts and when it ends, not later (it once lagged them).
+    #[test]
+    fn the_head_line_counts_the_rounds_as_they_start_and_end() {
+        let mut progress = Progress::new(true);
+        progress.pause(true);
+        let head = |p: &Progress| {
+            p.screen
+                .as_ref()
+                .map(|s| s.main.message())
+                .unwrap_or_default()
+        };
+        let first = progress.round_started(1, Some("0".into()));
+        assert!(
+            head(&progress).contains("0 rounds done, 1 in flight"),
+            "{}",
+            head(&progress)
+        );
+        let _second = progress.round_started(2, Some("0".into()));
+        assert!(
+            head(&progress).contains("0 rounds done, 2 in flight"),
+            "{}",
+            head(&progress)
+        );
+        progress.round_ended(
+            1,
+            Some(Some(&Usage {
+                prompt_tokens: 1200,
+                completion_tokens: 30,
+                reasoning_tokens: None,
+            })),
+        );
+        assert!(
+            head(&progress).contains("1 round done, 1 in flight · 1,200 in / 30 out tokens"),
+            "{}",
+            head(&progress)
+        );
+        // A dropped round leaves the count of rounds done as it was.
+        progress.round_ended(2, None);
+        assert!(
+            head(&progress).contains("1 round done, 0 in flight"),
+            "{}",
+            head(&progress)
+        );
+        drop(first);
+        clear_screen();
+    }
+
     #[test]
     fn numbers_read_well() {
         assert_eq!(thousands(0), "0");
