@@ -540,3 +540,63 @@ fn a_version_2_record_without_round_events_still_replays_identically() {
     assert_eq!(stdout.trim(), "all done");
     assert!(stderr.contains("identical to the record"), "{stderr}");
 }
+
+#[test]
+fn a_run_not_ended_is_shown_from_its_journal_with_the_round_it_waits_on() {
+    use axum::Router;
+    use axum::routing::post;
+    // A model server that never answers in time: the run waits on its first round.
+    let server = support::LocalServer::start(Router::new().route(
+        "/v1/chat/completions",
+        post(|| async {
+            tokio::time::sleep(std::time::Duration::from_secs(60)).await;
+            "late"
+        }),
+    ));
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("wait.md"),
+        "---\nname: wait\ndescription: d\npromptforge: 0\nmodels:\n  w: {}\n---\n\n# Wait\n\n## Main\n\n```lua\nmodels.use('w')\nreturn models.infer('hi')\n```\n",
+    )
+    .unwrap();
+    let mut child = promptforge(dir.path())
+        .args(["run", "wait.md", "--model", "openai:m"])
+        .env("PROMPTFORGE_HISTORY", dir.path().join("h.sqlite3"))
+        .env("OPENAI_BASE_URL", format!("{}/v1", server.base()))
+        .env("OPENAI_API_KEY", "k")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    let shown = loop {
+        let (code, text, _) = out(dir.path(), &["runs", "show", "last"]);
+        if code == Some(0) && text.contains("waiting for the model") {
+            break text;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "never shown waiting: {text}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    };
+    assert!(
+        shown.contains("(not ended: what its journal holds so far)"),
+        "{shown}"
+    );
+    assert!(shown.contains("  not ended\n"), "{shown}");
+    assert!(
+        shown.contains("[task 0] model round 1 (effect 0): waiting for the model"),
+        "{shown}"
+    );
+    let (_, round, _) = out(dir.path(), &["runs", "show", "last", "--round", "1"]);
+    assert!(
+        round.contains("no answer yet (the run has not ended)"),
+        "{round}"
+    );
+    let (_, json, _) = out(dir.path(), &["runs", "show", "last", "--json"]);
+    let json: Value = serde_json::from_str(&json).unwrap();
+    assert_eq!(json["ended"], false);
+    let _ = child.kill();
+    let _ = child.wait();
+}

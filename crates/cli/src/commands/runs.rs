@@ -158,7 +158,18 @@ struct Round {
 /// `runs show ID`: the outcome and a timeline, or one round's conversation.
 fn show(history: &History, id: i64, shown: Shown, html: Option<&Path>) -> Result<(), String> {
     let mut record = Vec::new();
-    history.export(id, &mut record)?;
+    // A run that has not ended has no record in the history yet, but its journal holds what
+    // it did so far (the same lines, the last perhaps cut off): shown from there.
+    let mut from_journal = false;
+    if let Err(not_kept) = history.export(id, &mut record) {
+        match history.unfinished(id) {
+            Ok(crate::history::Unfinished::Journal(journal)) => {
+                record = std::fs::read(&journal).map_err(|_| not_kept)?;
+                from_journal = true;
+            }
+            _ => return Err(not_kept),
+        }
+    }
     // (time, the record line it stands for, text): at the same time, the record's own order
     // (an effect at the line that issued it), so a round never shows after the run's end.
     let mut lines: Vec<(u64, usize, String)> = Vec::new();
@@ -349,9 +360,29 @@ fn show(history: &History, id: i64, shown: Shown, html: Option<&Path>) -> Result
         if shown.json {
             outln!("{}", round_json(n, round));
         } else {
-            print_round(id, n, rounds.len(), round);
+            print_round(id, n, rounds.len(), round, !from_journal);
         }
         return Ok(());
+    }
+    // Effects still out (a run not ended): shown where they were issued, as waiting.
+    let answered: std::collections::BTreeSet<u64> = timeline
+        .bars
+        .iter()
+        .filter(|b| b.end_ms.is_some())
+        .map(|b| b.effect)
+        .collect();
+    for (effect, (kind, _, issued, issued_at)) in &requests {
+        if from_journal && !answered.contains(effect) {
+            let text = match rounds.iter().enumerate().find(|(_, r)| r.effect == *effect) {
+                Some((i, round)) => format!(
+                    "[task {}] model round {} (effect {effect}): waiting for the model",
+                    round.task,
+                    i + 1
+                ),
+                None => format!("{} {effect}: waiting", kind.replace('_', " ")),
+            };
+            lines.push((*issued, *issued_at, text));
+        }
     }
     lines.sort_by_key(|(t, position, _)| (*t, *position));
     if shown.json {
@@ -363,6 +394,7 @@ fn show(history: &History, id: i64, shown: Shown, html: Option<&Path>) -> Result
             "model": header.host.model.as_ref().map(|m| m.id.clone()),
             "args": header.args,
             "outcome": outcome,
+            "ended": !from_journal,
             "timeline": lines.iter().map(|(t, _, text)| json!({"t_ms": t, "text": text})).collect::<Vec<_>>(),
             "rounds": rounds.iter().enumerate().map(|(i, r)| round_json(i + 1, r)).collect::<Vec<_>>(),
             "files": files,
@@ -371,6 +403,9 @@ fn show(history: &History, id: i64, shown: Shown, html: Option<&Path>) -> Result
         return Ok(());
     }
     outln!("run {id}: {}", header.prompt.path.display());
+    if from_journal {
+        outln!("  (not ended: what its journal holds so far)");
+    }
     outln!(
         "  started {}  seed {}  model {}",
         header.when,
@@ -388,6 +423,7 @@ fn show(history: &History, id: i64, shown: Shown, html: Option<&Path>) -> Result
             outcome["error"]["message"].as_str().unwrap_or("")
         ),
         Some(other) => outln!("  {other}"),
+        None if from_journal => outln!("  not ended"),
         None => outln!("  (no outcome recorded)"),
     }
     outln!("timeline:");
@@ -456,7 +492,7 @@ fn round_json(n: usize, round: &Round) -> Json {
 }
 
 /// One round's conversation for people: each message sent, the tools offered, the reply.
-fn print_round(id: i64, n: usize, of: usize, round: &Round) {
+fn print_round(id: i64, n: usize, of: usize, round: &Round, ended: bool) {
     let model = &round.request["model"];
     outln!(
         "run {id}, model round {n} of {of} (effect {}, task {}): {} on {}",
@@ -482,7 +518,8 @@ fn print_round(id: i64, n: usize, of: usize, round: &Round) {
         print_message(&role, message);
     }
     match &round.answer {
-        None => outln!("no answer recorded (the run ended first)"),
+        None if ended => outln!("no answer recorded (the run ended first)"),
+        None => outln!("no answer yet (the run has not ended)"),
         Some(answer) => match (answer.get("value"), answer.get("error")) {
             (Some(reply), _) if reply.get("overflow").is_some() => {
                 outln!("reply: the provider refused the request as too long for the context")
