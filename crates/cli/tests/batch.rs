@@ -12,11 +12,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use axum::Router;
 use axum::body::{Body, Bytes};
 use axum::extract::State;
 use axum::response::Response;
-use axum::routing::post;
 use serde_json::{Value, json};
 use support::{LocalServer, promptforge};
 
@@ -50,10 +48,7 @@ async fn chat(State(counts): State<Arc<Counts>>, body: Bytes) -> Response {
 
 fn server() -> (LocalServer, Arc<Counts>) {
     let counts = Arc::new(Counts::default());
-    let app = Router::new()
-        .route("/v1/chat/completions", post(chat))
-        .with_state(counts.clone());
-    (LocalServer::start(app), counts)
+    (LocalServer::chat(chat, counts.clone()), counts)
 }
 
 const PROMPT: &str = "---\nname: echo\ndescription: Echoes its argument through the model\npromptforge: 0\nmodels:\n  w: {}\n---\n\n# Echo\n\n## Ask\n\n```lua\nmodels.default('w')\nreturn models.infer('say ' .. args)\n```\n";

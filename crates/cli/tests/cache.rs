@@ -11,11 +11,9 @@ use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use axum::Router;
 use axum::body::{Body, Bytes};
 use axum::extract::State;
 use axum::response::Response;
-use axum::routing::post;
 use serde_json::{Value, json};
 use support::{LocalServer, promptforge};
 
@@ -45,10 +43,7 @@ async fn chat(State(counts): State<Arc<Counts>>, body: Bytes) -> Response {
 
 fn server() -> (LocalServer, Arc<Counts>) {
     let counts = Arc::new(Counts::default());
-    let app = Router::new()
-        .route("/v1/chat/completions", post(chat))
-        .with_state(counts.clone());
-    (LocalServer::start(app), counts)
+    (LocalServer::chat(chat, counts.clone()), counts)
 }
 
 fn prompt(first: &str, second: &str) -> String {

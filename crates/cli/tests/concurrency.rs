@@ -112,11 +112,7 @@ fn start(max_delay_ms: u64, seed: u64) -> Server {
         peak: AtomicUsize::new(0),
         requests: AtomicU64::new(0),
     });
-    let server = LocalServer::start(
-        Router::new()
-            .route("/v1/chat/completions", post(chat))
-            .with_state(state.clone()),
-    );
+    let server = LocalServer::chat(chat, state.clone());
     Server {
         base: format!("{}/v1", server.base()),
         state,

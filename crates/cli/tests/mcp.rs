@@ -145,13 +145,18 @@ fn history_outcomes(dir: &Path) -> Vec<(String, String)> {
         .collect()
 }
 
+/// Whether the history holds a run of the prompt file `file` that ended with `outcome`.
+fn ran(runs: &[(String, String)], file: &str, outcome: &str) -> bool {
+    runs.iter().any(|(p, o)| p.ends_with(file) && o == outcome)
+}
+
 /// Wait (10 s at most) until the history holds a run of the prompt file `file` that ended
 /// with `outcome` (a server keeps a call's run when the run ends, after its response).
 fn wait_for_outcome(dir: &Path, file: &str, outcome: &str) {
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
         let runs = history_outcomes(dir);
-        if runs.iter().any(|(p, o)| p.ends_with(file) && o == outcome) {
+        if ran(&runs, file, outcome) {
             return;
         }
         assert!(Instant::now() < deadline, "{runs:?}");
@@ -344,10 +349,7 @@ fn the_inspector_lists_the_prompts_as_tools_and_a_call_returns_the_result() {
     // Every call is a run in the history.
     let runs = history_outcomes(dir.path());
     assert_eq!(runs.len(), 4, "{runs:?}");
-    assert!(
-        runs.iter()
-            .any(|(p, o)| p.ends_with("broken.md") && o == "failed")
-    );
+    assert!(ran(&runs, "broken.md", "failed"), "{runs:?}");
 }
 
 #[test]
@@ -482,11 +484,7 @@ fn the_python_sdk_client_calls_gets_progress_and_cancels_a_run() {
     assert_eq!(lines[0]["progress"], serde_json::json!(["section Warm up"]));
     assert_eq!(lines[1]["text"], "STILL HERE");
     let runs = history_outcomes(dir.path());
-    assert!(
-        runs.iter()
-            .any(|(p, o)| p.ends_with("spin.md") && o == "cancelled"),
-        "{runs:?}"
-    );
+    assert!(ran(&runs, "spin.md", "cancelled"), "{runs:?}");
 }
 
 #[test]
@@ -638,11 +636,7 @@ fn a_long_call_becomes_a_task_with_its_result_later() {
     // One that runs on becomes a task; tasks/cancel cancels its run.
     assert_eq!(lines[4]["status"], "cancelled");
     let runs = history_outcomes(dir.path());
-    assert!(
-        runs.iter()
-            .any(|(p, o)| p.ends_with("spin.md") && o == "cancelled"),
-        "{runs:?}"
-    );
+    assert!(ran(&runs, "spin.md", "cancelled"), "{runs:?}");
 }
 
 #[test]

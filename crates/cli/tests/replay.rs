@@ -11,11 +11,9 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use axum::Router;
 use axum::body::Bytes;
 use axum::extract::State;
 use axum::response::Response;
-use axum::routing::post;
 use serde_json::Value;
 use support::{LocalServer, promptforge};
 
@@ -139,11 +137,7 @@ const TWO_ROUNDS: &str = "---\nname: two\ndescription: Two rounds\npromptforge: 
 #[test]
 fn an_edited_prompt_diverges_where_it_changed_and_then_live_pays_only_after() {
     let calls = Arc::new(Calls::default());
-    let server = LocalServer::start(
-        Router::new()
-            .route("/v1/chat/completions", post(chat))
-            .with_state(calls.clone()),
-    );
+    let server = LocalServer::chat(chat, calls.clone());
     let dir = tempfile::tempdir().unwrap();
     let prompt = dir.path().join("two.md");
     std::fs::write(&prompt, TWO_ROUNDS).unwrap();

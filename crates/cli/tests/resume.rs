@@ -12,11 +12,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use axum::Router;
 use axum::body::Bytes;
 use axum::extract::State;
 use axum::response::Response;
-use axum::routing::post;
 use serde_json::Value;
 use support::{LocalServer, promptforge};
 
@@ -43,10 +41,7 @@ async fn chat(State(counts): State<Arc<Counts>>, body: Bytes) -> Response {
 
 fn server() -> (LocalServer, Arc<Counts>) {
     let counts = Arc::new(Counts::default());
-    let app = Router::new()
-        .route("/v1/chat/completions", post(chat))
-        .with_state(counts.clone());
-    (LocalServer::start(app), counts)
+    (LocalServer::chat(chat, counts.clone()), counts)
 }
 
 /// Three rounds one after another, with a store file written and read between them, and an

@@ -35,6 +35,21 @@ impl LocalServer {
         })
     }
 
+    /// Serve one OpenAI-shaped chat endpoint (`POST /v1/chat/completions`), its handler
+    /// reading `state` (what the test counts or scripts).
+    pub fn chat<H, T, S>(handler: H, state: S) -> LocalServer
+    where
+        H: axum::handler::Handler<T, S>,
+        T: 'static,
+        S: Clone + Send + Sync + 'static,
+    {
+        Self::start(
+            axum::Router::new()
+                .route("/v1/chat/completions", axum::routing::post(handler))
+                .with_state(state),
+        )
+    }
+
     /// Serve `app` on a free port of 127.0.0.1.
     pub fn start(app: axum::Router) -> LocalServer {
         Self::serve(move |listener| {
