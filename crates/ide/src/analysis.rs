@@ -257,16 +257,21 @@ impl Analysis {
         }
     }
 
+    /// Whether the frontmatter decoded (else the prompt was built under one that declares
+    /// nothing, and what the file declares is unknown).
+    fn frontmatter_decoded(&self) -> bool {
+        !self
+            .problems
+            .iter()
+            .any(|p| p.kind == ParseErrorKind::Frontmatter)
+    }
+
     /// The first step's refusal of a file that parses (`check` reports it too): no
     /// `promptforge:` key (at the opening `---`), or a major this build does not run (at the
     /// value). Only when the frontmatter decoded, so it never doubles a frontmatter error.
     fn version_problem(&self) -> Option<Diagnostic> {
         let prompt = self.prompt.as_ref()?;
-        if self
-            .problems
-            .iter()
-            .any(|p| p.kind == ParseErrorKind::Frontmatter)
-        {
+        if !self.frontmatter_decoded() {
             return None;
         }
         let problem = prompt.frontmatter.version_check().err()?;
@@ -450,10 +455,7 @@ impl Analysis {
         };
         // While the frontmatter does not decode, what it declares is unknown: only section
         // references are checked.
-        let declarations_known = !self
-            .problems
-            .iter()
-            .any(|p| p.kind == ParseErrorKind::Frontmatter);
+        let declarations_known = self.frontmatter_decoded();
         let fm = &prompt.frontmatter;
         let roles: Vec<&str> = fm.models.iter().map(|r| r.label.as_str()).collect();
         let tools: Vec<&str> = fm.tools.iter().map(|t| t.alias.as_str()).collect();
@@ -1017,7 +1019,6 @@ fn place_at(outline: &Outline, prompt: Option<&Prompt>, line: u32) -> Place {
         .sections
         .binary_search_by_key(&heading.line, |s| s.line)
         .ok()
-        .or_else(|| prompt.sections.iter().position(|s| s.line == heading.line))
         .map_or(Place::Nowhere, |i| Place::Section(SectionId(i)))
 }
 

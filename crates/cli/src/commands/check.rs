@@ -4,7 +4,6 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use clap::Args;
-use promptforge_engine::first_step;
 use promptforge_syntax::Prompt;
 use serde::Serialize;
 
@@ -119,25 +118,21 @@ fn check_file(path: &Path) -> FileReport {
                 });
             }
         }
-        Some(prompt) => {
-            // A file that parses but would be refused on its first step is still a problem.
-            if let Err(err) = first_step(Ok(prompt)) {
-                let kind = err
-                    .parse_kind
-                    .map_or(err.kind.to_string(), |k| k.to_string());
-                // A missing version is the frontmatter's as a whole: shown at its opening
-                // `---`, as the editor shows it.
-                let line = err.line.or_else(|| {
-                    promptforge_syntax::Outline::of(&text)
-                        .frontmatter
-                        .map(|(open, _)| open)
-                });
+        Some(_) => {
+            // A file that parses but would be refused on its first step (the version rule,
+            // which the analysis applies as a run does) is still a problem, where the editor
+            // shows it: a missing version at the frontmatter's opening `---`.
+            for refused in analysis
+                .diagnostics()
+                .iter()
+                .filter(|d| d.severity == promptforge_ide::Severity::Error)
+            {
                 problems.push(Problem {
                     severity: "error",
-                    kind,
-                    message: err.message,
-                    line,
-                    column: err.column,
+                    kind: refused.kind.clone(),
+                    message: refused.message.clone(),
+                    line: Some(refused.span.start.line),
+                    column: (!refused.whole_line).then_some(refused.span.start.col),
                 });
             }
         }
