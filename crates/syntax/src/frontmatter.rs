@@ -286,6 +286,13 @@ pub struct ArgDecl {
     pub description: Option<String>,
 }
 
+impl ArgDecl {
+    /// Whether a caller must give it: neither optional nor defaulted (chapter 06).
+    pub fn is_required(&self) -> bool {
+        !self.optional && self.default.is_none()
+    }
+}
+
 /// The four arg types.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum ArgType {

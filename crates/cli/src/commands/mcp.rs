@@ -302,7 +302,7 @@ pub(crate) fn input_schema(fm: &Frontmatter) -> JsonObject {
         if let Some(default) = &arg.default {
             property.insert("default".into(), crate::declared::arg_value_json(default));
         }
-        if !arg.optional && arg.default.is_none() {
+        if arg.is_required() {
             required.push(Json::String(arg.name.clone()));
         }
         properties.insert(arg.name.clone(), Json::Object(property));
@@ -344,8 +344,8 @@ fn mcp_prompt_of(name: &str, prompt: &Prompt) -> rmcp::model::Prompt {
             .args
             .iter()
             .map(|arg| {
-                let mut argument = PromptArgument::new(arg.name.clone())
-                    .with_required(!arg.optional && arg.default.is_none());
+                let mut argument =
+                    PromptArgument::new(arg.name.clone()).with_required(arg.is_required());
                 if let Some(description) = &arg.description {
                     argument = argument.with_description(description.clone());
                 }

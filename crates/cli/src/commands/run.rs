@@ -539,7 +539,7 @@ fn hints(path: &std::path::Path, no_args: bool, finished: &Finished) -> Vec<Stri
             .args
             .args
             .iter()
-            .filter(|a| !a.optional && a.default.is_none())
+            .filter(|a| a.is_required())
             .map(|a| format!("{} ({})", a.name, a.ty.as_str()))
             .collect();
         if no_args && !required.is_empty() && err.kind == RunErrorKind::Lua {

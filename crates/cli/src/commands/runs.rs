@@ -155,6 +155,15 @@ struct Round {
     answer: Option<Json>,
 }
 
+/// The round an effect is, numbered from 1 as `--round` takes it.
+fn round_of(rounds: &[Round], effect: u64) -> Option<(usize, &Round)> {
+    rounds
+        .iter()
+        .enumerate()
+        .find(|(_, r)| r.effect == effect)
+        .map(|(i, r)| (i + 1, r))
+}
+
 /// `runs show ID`: the outcome and a timeline, or one round's conversation.
 fn show(history: &History, id: i64, shown: Shown, html: Option<&Path>) -> Result<(), String> {
     let mut record = Vec::new();
@@ -237,12 +246,8 @@ fn show(history: &History, id: i64, shown: Shown, html: Option<&Path>) -> Result
                 "model_round" => {
                     let tokens = tokens_text(&value["value"]["value"]);
                     let failed = value["value"].get("error").is_some();
-                    // Numbered from 1 as `--round` takes it.
-                    let (n, task) = rounds
-                        .iter()
-                        .enumerate()
-                        .find(|(_, r)| r.effect == effect)
-                        .map_or((0, "0"), |(i, r)| (i + 1, r.task.as_str()));
+                    let (n, task) =
+                        round_of(&rounds, effect).map_or((0, "0"), |(n, r)| (n, r.task.as_str()));
                     format!(
                         "[task {task}] model round {n} (effect {effect}, {}){}: {}{tokens}",
                         crate::ui::plural(
@@ -373,11 +378,10 @@ fn show(history: &History, id: i64, shown: Shown, html: Option<&Path>) -> Result
         .collect();
     for (effect, (kind, _, issued, issued_at)) in &requests {
         if from_journal && !answered.contains(effect) {
-            let text = match rounds.iter().enumerate().find(|(_, r)| r.effect == *effect) {
-                Some((i, round)) => format!(
-                    "[task {}] model round {} (effect {effect}): waiting for the model",
-                    round.task,
-                    i + 1
+            let text = match round_of(&rounds, *effect) {
+                Some((n, round)) => format!(
+                    "[task {}] model round {n} (effect {effect}): waiting for the model",
+                    round.task
                 ),
                 None => format!("{} {effect}: waiting", kind.replace('_', " ")),
             };
