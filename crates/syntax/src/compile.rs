@@ -24,6 +24,11 @@ pub struct LuaRegion {
     pub first_line: u32,
     /// The Lua source as written (line endings normalised to `\n`).
     pub source: String,
+    /// The file line a failure of the region is shown at when no frame of it is left on the
+    /// stack to name one (a `return f(...)` tail call replaced it): its one `return f(...)`
+    /// line when it has exactly one, else `first_line`.
+    /// Worked out once here, not each time the region runs.
+    pub fallback_line: u32,
     /// Lua 5.5 bytecode of the padded source, with debug information.
     pub bytecode: Arc<[u8]>,
 }
@@ -31,6 +36,38 @@ pub struct LuaRegion {
 /// Compiles regions; holds one bare Lua state (no libraries) used only as a compiler.
 pub(crate) struct Compiler {
     lua: Lua,
+}
+
+/// Where a region's failure is shown when no frame of it is left on the stack: the line of
+/// its one `return f(...)` tail call when it has exactly one (the frame that call replaced is
+/// the one that failed), else the region's first line. Display only, never in a message.
+pub(crate) fn fallback_line(first_line: u32, source: &str) -> u32 {
+    let tail_calls: Vec<usize> = source
+        .lines()
+        .enumerate()
+        .filter(|(_, line)| {
+            let Some(rest) = line.trim_start().strip_prefix("return") else {
+                return false;
+            };
+            if !rest.starts_with(char::is_whitespace) {
+                return false;
+            }
+            let rest = rest.trim_start();
+            let callee_end = rest
+                .find(|c: char| !(c.is_alphanumeric() || matches!(c, '_' | '.' | ':')))
+                .unwrap_or(rest.len());
+            callee_end > 0
+                && rest[callee_end..]
+                    .trim_start()
+                    .starts_with(['(', '{', '\'', '"'])
+        })
+        .map(|(index, _)| index)
+        .collect();
+    let offset = match tail_calls.as_slice() {
+        [only] => u32::try_from(*only).unwrap_or(0),
+        _ => 0,
+    };
+    first_line.saturating_add(offset)
 }
 
 impl Compiler {
@@ -64,6 +101,7 @@ impl Compiler {
             return Ok(LuaRegion {
                 label,
                 first_line,
+                fallback_line: fallback_line(first_line, &source),
                 source,
                 bytecode: bytecode.into(),
             });
@@ -102,6 +140,7 @@ impl Compiler {
         Ok(LuaRegion {
             label,
             first_line,
+            fallback_line: fallback_line(first_line, &source),
             source,
             bytecode: bytecode.into(),
         })
@@ -111,6 +150,19 @@ impl Compiler {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_failure_with_no_frame_left_is_shown_at_the_one_tail_call_or_the_first_line() {
+        let region = |source: &str| source.to_owned();
+        let one = region("local x = 1\nmodels.default('w')\nreturn models.infer('hi ' .. x)\n");
+        assert_eq!(fallback_line(20, &one), 22);
+        let table_call = region("return store.read { path = 'a' }\n");
+        assert_eq!(fallback_line(20, &table_call), 20);
+        let two = region("if a then\n  return f(1)\nend\nreturn g(2)\n");
+        assert_eq!(fallback_line(20, &two), 20);
+        let not_a_call = region("local y = 2\nreturn y\nreturned(1)\n");
+        assert_eq!(fallback_line(20, &not_a_call), 20);
+    }
 
     /// Run a region and return the error text and the traceback Lua gives.
     fn run(region: &LuaRegion) -> String {

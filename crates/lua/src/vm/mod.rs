@@ -718,7 +718,7 @@ impl SectionVm {
             .map_err(|e| LuaFailure::internal(&e))?;
         self.current = Some((thread, running));
         self.pending_first = Some(f);
-        self.fallback_line = Some(fallback_line(region));
+        self.fallback_line = Some(region.fallback_line);
         Ok(())
     }
 
@@ -1288,39 +1288,6 @@ fn list_from_section(
     }
 }
 
-/// Where a region's failure is shown when no frame of it is left on the stack: the line of
-/// its one `return f(...)` tail call when it has exactly one (the frame that call replaced is
-/// the one that failed), else the region's first line. Display only, never in a message.
-fn fallback_line(region: &LuaRegion) -> u32 {
-    let tail_calls: Vec<usize> = region
-        .source
-        .lines()
-        .enumerate()
-        .filter(|(_, line)| {
-            let Some(rest) = line.trim_start().strip_prefix("return") else {
-                return false;
-            };
-            if !rest.starts_with(char::is_whitespace) {
-                return false;
-            }
-            let rest = rest.trim_start();
-            let callee_end = rest
-                .find(|c: char| !(c.is_alphanumeric() || matches!(c, '_' | '.' | ':')))
-                .unwrap_or(rest.len());
-            callee_end > 0
-                && rest[callee_end..]
-                    .trim_start()
-                    .starts_with(['(', '{', '\'', '"'])
-        })
-        .map(|(index, _)| index)
-        .collect();
-    let offset = match tail_calls.as_slice() {
-        [only] => u32::try_from(*only).unwrap_or(0),
-        _ => 0,
-    };
-    region.first_line.saturating_add(offset)
-}
-
 /// The innermost frame in one of the prompt's regions: its label and its current line.
 fn call_site(lua: &Lua, labels: &[String]) -> Option<(String, u32)> {
     (1..=MAX_TRACEBACK_FRAMES).find_map(|level| {
@@ -1444,24 +1411,6 @@ mod tests {
     use super::*;
     use promptforge_syntax::Prompt;
     use serde_json::json;
-
-    #[test]
-    fn a_failure_with_no_frame_left_is_shown_at_the_one_tail_call_or_the_first_line() {
-        let region = |source: &str| LuaRegion {
-            label: "section `Main` prologue".into(),
-            first_line: 20,
-            source: source.into(),
-            bytecode: Arc::from(Vec::new()),
-        };
-        let one = region("local x = 1\nmodels.default('w')\nreturn models.infer('hi ' .. x)\n");
-        assert_eq!(fallback_line(&one), 22);
-        let table_call = region("return store.read { path = 'a' }\n");
-        assert_eq!(fallback_line(&table_call), 20);
-        let two = region("if a then\n  return f(1)\nend\nreturn g(2)\n");
-        assert_eq!(fallback_line(&two), 20);
-        let not_a_call = region("local y = 2\nreturn y\nreturned(1)\n");
-        assert_eq!(fallback_line(&not_a_call), 20);
-    }
 
     fn config(h1: bool) -> VmConfig {
         let argv = json!({"prose": "input"});
