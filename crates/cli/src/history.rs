@@ -52,16 +52,28 @@ fn add_missing_column(
     column: &str,
     declaration: &str,
 ) -> rusqlite::Result<()> {
-    let present = conn
-        .prepare("SELECT 1 FROM pragma_table_info(?1) WHERE name = ?2")?
-        .exists(params![table, column])?;
-    if !present {
+    if !has_column(conn, table, column)? {
         conn.execute_batch(&format!(
             "ALTER TABLE {table} ADD COLUMN {column} {declaration};"
         ))?;
     }
     Ok(())
 }
+
+/// Whether `table` has `column`.
+fn has_column(conn: &Connection, table: &str, column: &str) -> rusqlite::Result<bool> {
+    conn.prepare("SELECT 1 FROM pragma_table_info(?1) WHERE name = ?2")?
+        .exists(params![table, column])
+}
+
+/// The columns added to the schema since it was first written: effects their task, runs
+/// their cost, their count of cached rounds and their journal.
+const ADDED_COLUMNS: [(&str, &str, &str); 4] = [
+    ("effects", "task", "TEXT"),
+    ("runs", "cost", "REAL"),
+    ("runs", "cached_rounds", "INTEGER NOT NULL DEFAULT 0"),
+    ("runs", "journal", "TEXT"),
+];
 
 /// The outcome a run's row holds until the run ends.
 pub(crate) const UNFINISHED: &str = "unfinished";
@@ -107,10 +119,9 @@ fn journal_path(db: &Path, id: i64) -> PathBuf {
 /// Whether a run is still writing this journal: its process holds a lock on it for as long as
 /// it runs, and the system lets go of it when the process ends, however it ends.
 pub(crate) fn is_running(journal: &Path) -> bool {
-    match std::fs::File::open(journal) {
-        Ok(file) => matches!(file.try_lock(), Err(std::fs::TryLockError::WouldBlock)),
-        Err(_) => false,
-    }
+    std::fs::File::open(journal)
+        .and_then(|file| crate::record::take_lock(&file))
+        .is_ok_and(|taken| !taken)
 }
 
 /// The history row of the run this process is running, for [`abandon_started`].
@@ -280,21 +291,23 @@ impl History {
         // The log is cut back to this after a checkpoint (see `bound_log`).
         conn.pragma_update(None, "journal_size_limit", WAL_LIMIT as i64)
             .map_err(&err)?;
-        // A database from before a column was added gets it: effects their task, runs their
-        // cost, their count of cached rounds and their journal. Runs start in parallel and
-        // each opens the history as it starts: the check and the change go in one write
-        // transaction (taken at once, waiting its turn), so two never add the same column.
+        // A database from before a column was added gets it. Runs start in parallel and each
+        // opens the history as it starts: when a column is missing, the check and the change
+        // go in one write transaction (taken at once, waiting its turn), so two never add the
+        // same column; a database already complete is only read (no write lock at every open).
+        let mut complete = true;
+        for (table, column, _) in ADDED_COLUMNS {
+            complete &= has_column(&conn, table, column).map_err(&err)?;
+        }
+        if complete {
+            return Ok(History { conn, _copy: None });
+        }
         conn.execute_batch("BEGIN IMMEDIATE").map_err(&err)?;
-        let added = [
-            ("effects", "task", "TEXT"),
-            ("runs", "cost", "REAL"),
-            ("runs", "cached_rounds", "INTEGER NOT NULL DEFAULT 0"),
-            ("runs", "journal", "TEXT"),
-        ]
-        .into_iter()
-        .try_for_each(|(table, column, declaration)| {
-            add_missing_column(&conn, table, column, declaration)
-        });
+        let added = ADDED_COLUMNS
+            .into_iter()
+            .try_for_each(|(table, column, declaration)| {
+                add_missing_column(&conn, table, column, declaration)
+            });
         match added {
             Ok(()) => conn.execute_batch("COMMIT").map_err(&err)?,
             Err(e) => {

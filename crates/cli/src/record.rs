@@ -116,6 +116,16 @@ fn journal_sync() -> bool {
     !std::env::var("PROMPTFORGE_JOURNAL_SYNC").is_ok_and(|v| v == "off")
 }
 
+/// Take a file's lock (the lock a run holds on its record and journal while it lives):
+/// `Ok(true)` when this process holds it now, `Ok(false)` when another process does.
+pub(crate) fn take_lock(file: &std::fs::File) -> std::io::Result<bool> {
+    match file.try_lock() {
+        Ok(()) => Ok(true),
+        Err(std::fs::TryLockError::WouldBlock) => Ok(false),
+        Err(std::fs::TryLockError::Error(e)) => Err(e),
+    }
+}
+
 /// Open a record file for writing: locked first (a run holds its record's lock while it
 /// lives; another run, or a second `resume`, is refused rather than emptying the file under
 /// it), then emptied.
@@ -125,14 +135,10 @@ fn open_locked(path: &Path) -> std::io::Result<std::fs::File> {
         .create(true)
         .truncate(false)
         .open(path)?;
-    match file.try_lock() {
-        Ok(()) => {}
-        Err(std::fs::TryLockError::WouldBlock) => {
-            return Err(std::io::Error::other(
-                "it is in use by another run (its lock is held)",
-            ));
-        }
-        Err(std::fs::TryLockError::Error(e)) => return Err(e),
+    if !take_lock(&file)? {
+        return Err(std::io::Error::other(
+            "it is in use by another run (its lock is held)",
+        ));
     }
     // A regular file is emptied; a device or a pipe (`--record /dev/stdout`) has nothing to
     // empty.
@@ -364,14 +370,21 @@ impl Recorder {
             return None;
         }
         journal.dirty = false;
+        let sync = journal.sync.clone();
+        if self.flush_journal() { sync } else { None }
+    }
+
+    /// Write out what the journal holds in memory; `false` when it cannot be written (the
+    /// recorder has failed, and says why).
+    fn flush_journal(&mut self) -> bool {
         let flushed = match &mut self.out {
             Sink::File(out) | Sink::Temp(out, _) => out.flush(),
         };
         match flushed {
-            Ok(()) => journal.sync.clone(),
+            Ok(()) => true,
             Err(e) => {
                 self.fail(format!("cannot write the run journal: {e}"));
-                None
+                false
             }
         }
     }
@@ -769,8 +782,7 @@ impl Record {
             } else if let Some(invocation) = value.get("invocation") {
                 record.invocation = serde_json::from_value(invocation.clone()).ok();
             } else if let (Some(effect), Some(answer)) = (id("answer"), value.get("value")) {
-                let answer: Answer = serde_json::from_value(answer.clone())
-                    .map_err(|e| bad(n, &format!("not an answer ({e})")))?;
+                let answer = answer_of(answer)?;
                 // An answer without a step was never taken: nothing to replay.
                 if let Some(step) = id("step") {
                     record
@@ -1199,12 +1211,7 @@ impl Witness for Recorder {
 
     fn idle(&mut self) {
         if self.journal.is_some() && self.failed.is_none() {
-            let flushed = match &mut self.out {
-                Sink::File(out) | Sink::Temp(out, _) => out.flush(),
-            };
-            if let Err(e) = flushed {
-                self.fail(format!("cannot write the run journal: {e}"));
-            }
+            self.flush_journal();
         }
     }
 

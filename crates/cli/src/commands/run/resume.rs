@@ -70,7 +70,7 @@ fn prepare(args: &ResumeArgs) -> Result<super::RunArgs, String> {
     if !db.exists() {
         return Err(format!("no run history yet at {}", db.display()));
     }
-    let history = History::open(&db)?;
+    let mut history = History::open(&db)?;
     let id = history.resolve(&args.id)?;
     let journal = match history.unfinished(id)? {
         Unfinished::Ended(outcome) => {
@@ -95,26 +95,26 @@ fn prepare(args: &ResumeArgs) -> Result<super::RunArgs, String> {
             ));
         }
     };
-    match lock.try_lock() {
-        Ok(()) => {}
-        Err(std::fs::TryLockError::WouldBlock) => {
+    match crate::record::take_lock(&lock) {
+        Ok(true) => {}
+        Ok(false) => {
             return Err(format!(
                 "run {id} is still running (its process holds {}); resume continues a run whose process is gone",
                 journal.display()
             ));
         }
-        Err(std::fs::TryLockError::Error(e)) => {
+        Err(e) => {
             return Err(format!("the run journal {}: {e}", journal.display()));
         }
     }
     let record = Record::load(&journal)?;
+    let owned = crate::history::owns_journal(&db, &journal);
     if let Some(outcome) = &record.outcome {
         // The run ended, and its process died keeping it: the history takes it now.
-        let mut history = History::open(&db)?;
         let file = std::fs::File::open(&journal)
             .map_err(|e| format!("the run journal {}: {e}", journal.display()))?;
         history.add(std::io::BufReader::new(file), 0, None, Some(id))?;
-        if crate::history::owns_journal(&db, &journal) {
+        if owned {
             let _ = std::fs::remove_file(&journal);
         }
         let outcome = outcome["outcome"].as_str().unwrap_or("ended");
@@ -123,7 +123,6 @@ fn prepare(args: &ResumeArgs) -> Result<super::RunArgs, String> {
              To run it again with the answers it got and go on live where they end: promptforge replay {id} --then-live"
         ));
     }
-    let owned = crate::history::owns_journal(&db, &journal);
     drop(history);
     let Some(invocation) = record.invocation.clone() else {
         return Err(format!(
