@@ -792,12 +792,7 @@ impl Host {
     /// An operator question answered from a record: the `--input` answer it took when it
     /// was asked is used up all the same, so the next question gets the next one.
     fn operator_answered(&mut self, effect: &Effect) {
-        let asks = match effect {
-            Effect::Ask => true,
-            Effect::Tool { path, .. } => path == ASK_TOOL_PATH,
-            _ => false,
-        };
-        if let (true, Operator::Scripted(answers)) = (asks, &mut self.operator) {
+        if let (true, Operator::Scripted(answers)) = (effect.asks_operator(), &mut self.operator) {
             answers.pop_front();
         }
     }
@@ -1044,17 +1039,12 @@ impl Drop for Host {
     }
 }
 
-/// The task that issued a model round (for the display and the cache key); none for other
-/// effects.
 /// What the Host says of an effect as it starts it: a model round's task (for the display),
 /// an operator question's section (when the run keeps effect sites), else nothing.
 fn round_task(run: &Run, id: EffectId, effect: &Effect) -> Option<String> {
     match effect {
         Effect::ModelRound(_) => run.effect_task(id),
-        Effect::Ask => run.effect_site(id).map(|site| site.section.clone()),
-        Effect::Tool { path, .. } if path == ASK_TOOL_PATH => {
-            run.effect_site(id).map(|site| site.section.clone())
-        }
+        _ if effect.asks_operator() => run.effect_site(id).map(|site| site.section.clone()),
         _ => None,
     }
 }

@@ -101,16 +101,22 @@ pub enum Delivery {
 pub const ASK_TOOL_PATH: &str = "promptforge/user-input/ask";
 
 impl Effect {
+    /// Whether it asks the operator: `input.ask()`, or the user-input Plugin's ask tool.
+    pub fn asks_operator(&self) -> bool {
+        match self {
+            Effect::Ask => true,
+            Effect::Tool { path, .. } => path == ASK_TOOL_PATH,
+            Effect::ModelRound(_) | Effect::Store(_) | Effect::Timer { .. } => false,
+        }
+    }
+
     /// When the engine takes this effect's answer; `live_operator`: the Host's operator is a
     /// person (see [`crate::host::HostState::live_operator`]).
     pub fn delivery(&self, live_operator: bool) -> Delivery {
         match self {
             Effect::Store(_) => Delivery::Immediate,
             Effect::Timer { .. } => Delivery::OnArrival,
-            Effect::Ask if live_operator => Delivery::OnArrival,
-            Effect::Tool { path, .. } if live_operator && path == ASK_TOOL_PATH => {
-                Delivery::OnArrival
-            }
+            _ if live_operator && self.asks_operator() => Delivery::OnArrival,
             Effect::ModelRound(_) | Effect::Ask | Effect::Tool { .. } => Delivery::Ordered,
         }
     }

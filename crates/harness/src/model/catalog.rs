@@ -1032,7 +1032,7 @@ fn parse_base_url(raw: &str) -> Result<Url, String> {
     Ok(url)
 }
 
-fn is_loopback(url: &Url) -> bool {
+pub(crate) fn is_loopback(url: &Url) -> bool {
     match url.host() {
         Some(url::Host::Domain(d)) => d.eq_ignore_ascii_case("localhost"),
         Some(url::Host::Ipv4(ip)) => IpAddr::V4(ip).is_loopback(),

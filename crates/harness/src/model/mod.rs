@@ -20,7 +20,7 @@
 //! response cap (16 MiB by default) on the bytes of the reply, error replies included.
 
 mod anthropic;
-mod catalog;
+pub(crate) mod catalog;
 mod error;
 mod http;
 mod openai;
