@@ -162,15 +162,6 @@ pub(super) enum TaskStart {
     Task(Pending, Option<Question>),
 }
 
-/// Cancels a run when dropped (a task future dropped before its run ended).
-struct CancelOnDrop(CancellationToken);
-
-impl Drop for CancelOnDrop {
-    fn drop(&mut self) {
-        self.0.cancel();
-    }
-}
-
 impl Pending {
     /// Start a call's run with an operator that asks through `input_required` results:
     /// `start` gets the operator and the run's cancel token, and returns the run.
@@ -217,6 +208,12 @@ impl Pending {
         }
     }
 
+    /// Cancel the run and wait for its end.
+    async fn cancel_and_join(&mut self) -> Ended {
+        self.cancel.cancel();
+        joined((&mut self.run).await)
+    }
+
     /// Wait up to `wait` for the run to end (its result goes back as usual) or to ask its
     /// user (then it becomes a task at once, so the client can see the question); past
     /// `wait` it becomes a task. The request cancelled meanwhile cancels the run.
@@ -225,11 +222,7 @@ impl Pending {
             ended = &mut self.run => TaskStart::Ended(joined(ended)),
             Some(question) = self.questions.recv() => TaskStart::Task(self, Some(question)),
             () = tokio::time::sleep(wait) => TaskStart::Task(self, None),
-            () = ct.cancelled() => {
-                self.cancel.cancel();
-                let ended = (&mut self.run).await;
-                TaskStart::Ended(joined(ended))
-            }
+            () = ct.cancelled() => TaskStart::Ended(self.cancel_and_join().await),
         }
     }
 
@@ -247,7 +240,8 @@ impl Pending {
             mut questions,
             cancel,
         } = self;
-        let _stop = CancelOnDrop(cancel.clone());
+        // Cancels the run when dropped (a task future dropped before its run ended).
+        let _stop = cancel.clone().drop_guard();
         let mut asked = 0u64;
         let mut ask = |question: Question| {
             asked += 1;
@@ -305,6 +299,16 @@ struct Handle {
 pub(super) enum Step {
     Ended(Ended),
     Asks(InputRequiredResult),
+}
+
+/// Take the run parked under `handle` if it waits for the answer of `round` (a state for an
+/// earlier round is a replay, and a run taken already is gone).
+fn take_parked(parked: &Mutex<HashMap<u64, Parked>>, handle: u64, round: u64) -> Option<Parked> {
+    let mut parked = parked.lock().unwrap_or_else(|e| e.into_inner());
+    match parked.get(&handle) {
+        Some(p) if p.round == round => parked.remove(&handle),
+        _ => None,
+    }
 }
 
 /// The parked runs of a server, and the key their handles are sealed with.
@@ -388,15 +392,7 @@ impl Asking {
         let handle: Handle = self.codec.open_json_with(state, &bound).map_err(|e| {
             format!("refused requestState: {e} (it was not issued by this server for this call, or is too old)")
         })?;
-        let parked = {
-            let mut parked = self.parked.lock().unwrap_or_else(|e| e.into_inner());
-            match parked.get(&handle.handle) {
-                Some(p) if p.round == handle.round => parked.remove(&handle.handle),
-                Some(_) => None,
-                None => None,
-            }
-        };
-        let Some(parked) = parked else {
+        let Some(parked) = take_parked(&self.parked, handle.handle, handle.round) else {
             return Err("refused requestState: it was answered already, or its run ended (a run waits for its answer for --answer-within seconds, 600 by default)".to_owned());
         };
         for (key, reply) in parked.asked {
@@ -423,7 +419,7 @@ impl Asking {
     ) -> Step {
         // A loop, not recursion: a run whose asks are refused (the state could not be sealed,
         // or the server holds too many parked runs) goes on here, however many times it asks.
-        let (handle, round, sealed, cancel, requests) = loop {
+        let (handle, round, sealed, requests) = loop {
             let first = tokio::select! {
                 ended = &mut pending.run => {
                     return Step::Ended(joined(ended));
@@ -481,7 +477,6 @@ impl Asking {
                     continue;
                 }
             };
-            let cancel = pending.cancel.clone();
             // Parked, unless the server holds too many already (then the asks fail, and the run
             // goes on without their answers).
             let refused = {
@@ -510,7 +505,7 @@ impl Asking {
                     }
                     pending = again;
                 }
-                None => break (handle, round, sealed, cancel, requests),
+                None => break (handle, round, sealed, requests),
             }
         };
         // A client that never comes back: the run is cancelled when the state expires.
@@ -518,16 +513,8 @@ impl Asking {
         let ttl = self.ttl;
         tokio::spawn(async move {
             tokio::time::sleep(ttl).await;
-            let expired = {
-                let mut parked = parked.lock().unwrap_or_else(|e| e.into_inner());
-                match parked.get(&handle) {
-                    Some(p) if p.round == round => parked.remove(&handle),
-                    _ => None,
-                }
-            };
-            if let Some(expired) = expired {
-                cancel.cancel();
-                let _ = expired.pending.run.await;
+            if let Some(mut expired) = take_parked(&parked, handle, round) {
+                let _ = expired.pending.cancel_and_join().await;
             }
         });
         Step::Asks(InputRequiredResult::new(Some(requests), Some(sealed)))
