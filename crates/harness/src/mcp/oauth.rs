@@ -133,7 +133,7 @@ pub(crate) fn token_file(setup: &OAuthSetup, name: &str) -> PathBuf {
 
 /// Whether a URL's host is this machine (then its authorization server may be too).
 fn is_local(url: &str) -> bool {
-    url::Url::parse(url).is_ok_and(|u| crate::model::catalog::is_loopback(&u))
+    url::Url::parse(url).is_ok_and(|u| crate::model::http::is_loopback(&u))
 }
 
 /// An authorization manager for `url` with the server's token file as its store, loaded.

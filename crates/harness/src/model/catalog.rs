@@ -50,9 +50,9 @@
 //! else Never. Set `context` and `thinking` in an entry whenever the default is wrong for your
 //! model. The switch is only ever sent to a Switchable model.
 
+use super::http::is_loopback;
 use std::collections::BTreeMap;
 use std::ffi::OsString;
-use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -585,12 +585,7 @@ impl Catalog {
             })
         };
         // A key never travels in cleartext, except to a server on this machine.
-        let loopback = match url.host() {
-            Some(url::Host::Domain(d)) => d.eq_ignore_ascii_case("localhost"),
-            Some(url::Host::Ipv4(a)) => a.is_loopback(),
-            Some(url::Host::Ipv6(a)) => a.is_loopback(),
-            None => false,
-        };
+        let loopback = is_loopback(&url);
         let keyed = key.is_some() || matches!(entry.provider.as_str(), "brave" | "tavily");
         if keyed && url.scheme() != "https" && !loopback {
             return Err(fail(format!(
@@ -1032,15 +1027,6 @@ fn parse_base_url(raw: &str) -> Result<Url, String> {
     Ok(url)
 }
 
-pub(crate) fn is_loopback(url: &Url) -> bool {
-    match url.host() {
-        Some(url::Host::Domain(d)) => d.eq_ignore_ascii_case("localhost"),
-        Some(url::Host::Ipv4(ip)) => IpAddr::V4(ip).is_loopback(),
-        Some(url::Host::Ipv6(ip)) => IpAddr::V6(ip).is_loopback(),
-        None => false,
-    }
-}
-
 fn kind_key_env(kind: ProviderKind) -> Option<&'static str> {
     match kind {
         ProviderKind::OpenAi => Some("OPENAI_API_KEY"),
@@ -1194,20 +1180,6 @@ mod tests {
             &entry,
         );
         assert_eq!(never.map(|o| o.thinking), Ok(OpenAiThinking::Unsupported));
-    }
-
-    #[test]
-    fn loopback_hosts() {
-        for url in [
-            "http://127.0.0.1:1/v1",
-            "http://localhost/v1",
-            "http://[::1]:8/",
-        ] {
-            assert!(is_loopback(&Url::parse(url).unwrap()), "{url}");
-        }
-        assert!(!is_loopback(
-            &Url::parse("https://api.openai.com/v1").unwrap()
-        ));
     }
 
     #[test]

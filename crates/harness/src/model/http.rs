@@ -421,3 +421,33 @@ fn provider_message(body: &str) -> Option<String> {
     let line = line.trim().to_owned();
     (!line.is_empty()).then_some(line)
 }
+
+/// Whether a URL's host is this machine (`localhost` or a loopback address): a key may
+/// travel to it in cleartext, and an OAuth server beside it may be private.
+pub(crate) fn is_loopback(url: &url::Url) -> bool {
+    match url.host() {
+        Some(url::Host::Domain(d)) => d.eq_ignore_ascii_case("localhost"),
+        Some(url::Host::Ipv4(ip)) => ip.is_loopback(),
+        Some(url::Host::Ipv6(ip)) => ip.is_loopback(),
+        None => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn loopback_hosts() {
+        for url in [
+            "http://127.0.0.1:1/v1",
+            "http://localhost/v1",
+            "http://[::1]:8/",
+        ] {
+            assert!(is_loopback(&url::Url::parse(url).unwrap()), "{url}");
+        }
+        assert!(!is_loopback(
+            &url::Url::parse("https://api.openai.com/v1").unwrap()
+        ));
+    }
+}

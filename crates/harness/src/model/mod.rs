@@ -20,9 +20,9 @@
 //! response cap (16 MiB by default) on the bytes of the reply, error replies included.
 
 mod anthropic;
-pub(crate) mod catalog;
+mod catalog;
 mod error;
-mod http;
+pub(crate) mod http;
 mod openai;
 mod provider;
 mod round;
