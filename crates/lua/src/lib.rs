@@ -8,6 +8,7 @@
 pub(crate) mod conversation;
 pub mod json;
 mod loop_list;
+mod loop_raw;
 mod loop_walk;
 pub mod models;
 pub(crate) mod order;

@@ -52,9 +52,11 @@ use std::os::raw::c_int;
 use mlua::ffi::{self, lua_State};
 use mlua::{Lua, Value};
 
+use crate::loop_raw::{self, RawSnapshot, Scan};
+
 /// How deep a snapshot follows nested tables: one more level than a message's JSON may have
 /// (`json::MAX_DEPTH`), so every record that passed the check fits.
-const MAX_LEVELS: usize = crate::json::MAX_DEPTH + 2;
+pub(crate) const MAX_LEVELS: usize = crate::json::MAX_DEPTH + 2;
 
 /// Stack slots one level of a walk uses at most: a key and its value.
 const LEVEL_SLOTS: c_int = 4;
@@ -74,9 +76,13 @@ const END: Ident = Ident {
 /// The tag of an integer (a float keeps `LUA_TNUMBER`).
 const INTEGER_TAG: i32 = -101;
 
-/// The records of one `models.loop` list as they were when last checked.
-#[derive(Debug, Default)]
+/// The records of one `models.loop` list as they were when last checked: kept as images of
+/// their tables' slots when this process's Lua allows reading them in place (`loop_raw.rs`),
+/// else as the [`Ident`]s the API walk compares.
+#[derive(Debug)]
 pub(crate) struct Snapshot {
+    /// The in-place form, when [`loop_raw::layout_holds`]; the fields below stay empty then.
+    raw: Option<RawSnapshot>,
     /// The list's own address (the shim keeps that list alive as `state.list`).
     list: Option<u64>,
     /// Every remembered record in list order: the record's own [`Ident`], then its entries as
@@ -87,15 +93,34 @@ pub(crate) struct Snapshot {
     starts: Vec<usize>,
 }
 
+impl Default for Snapshot {
+    fn default() -> Self {
+        Self::with_raw(loop_raw::layout_holds())
+    }
+}
+
 impl Snapshot {
+    /// A snapshot in the in-place form (`raw`) or the API walk's.
+    fn with_raw(raw: bool) -> Self {
+        Self {
+            raw: raw.then(RawSnapshot::default),
+            list: None,
+            idents: Vec::new(),
+            starts: Vec::new(),
+        }
+    }
+
     /// Forgets every record.
     pub(crate) fn clear(&mut self) {
-        *self = Self::default();
+        *self = Self::with_raw(self.raw.is_some());
     }
 
     /// How many records it remembers.
     pub(crate) fn len(&self) -> usize {
-        self.starts.len()
+        match &self.raw {
+            Some(raw) => raw.len(),
+            None => self.starts.len(),
+        }
     }
 
     /// The idents of record `i` (0-based).
@@ -109,6 +134,13 @@ impl Snapshot {
     /// what it held then, when `list` is the list remembered; `None` when `list` is not a
     /// plain sequence (keys 1..n in traversal order), which takes the full conversion.
     pub(crate) fn unchanged_prefix(&self, lua: &Lua, list: &Value) -> mlua::Result<Option<usize>> {
+        if let Some(raw) = &self.raw
+            && let Scan::Answer(found) = raw.scan(list)
+        {
+            return Ok(found.and_then(|p| usize::try_from(p).ok()));
+        }
+        // The API walk (in the in-place form it holds no records, so it only tells a plain
+        // sequence, with no prefix reused, from the rest).
         // SAFETY: see the module's soundness section; `scan` keeps every rule listed there.
         let found: Option<i64> = unsafe {
             lua.exec_raw(list, |l| {
@@ -127,6 +159,15 @@ impl Snapshot {
     /// as they are now. A record the snapshot cannot follow to its end is remembered in a
     /// form no record matches, so it is always checked again.
     pub(crate) fn remember(&mut self, lua: &Lua, list: &Value, kept: usize) -> mlua::Result<()> {
+        if let Some(raw) = &mut self.raw {
+            return match list {
+                Value::Table(table) => raw.remember(table, kept),
+                _ => {
+                    raw.clear();
+                    Ok(())
+                }
+            };
+        }
         let kept = kept.min(self.len());
         if let Some(&start) = self.starts.get(kept) {
             self.idents.truncate(start);
@@ -352,7 +393,15 @@ mod tests {
 
     use super::*;
 
-    fn setup() -> (Lua, Value, Snapshot) {
+    /// Both forms: the API walk, and the in-place one (which this platform's Lua allows).
+    const MODES: [bool; 2] = [false, true];
+
+    #[test]
+    fn this_lua_allows_the_in_place_form() {
+        assert!(loop_raw::layout_holds());
+    }
+
+    fn setup(raw: bool) -> (Lua, Value, Snapshot) {
         let lua = Lua::new();
         let list: Value = lua
             .load(
@@ -370,99 +419,144 @@ mod tests {
             )
             .eval()
             .unwrap();
-        let mut snapshot = Snapshot::default();
+        let mut snapshot = Snapshot::with_raw(raw);
         snapshot.remember(&lua, &list, 0).unwrap();
         (lua, list, snapshot)
     }
 
     #[test]
+    fn a_growing_list_whose_last_records_sit_in_the_hash_part() {
+        // Appending past the array part puts the new integer keys in the hash part until the
+        // next rehash; both forms read them in traversal order.
+        for raw in MODES {
+            for len in [1, 5, 17, 33, 300] {
+                let lua = Lua::new();
+                let list: Value = lua
+                    .load(format!(
+                        "msgs = {{}} for i = 1, {len} do msgs[#msgs + 1] = {{ role = 'user', content = 'm' .. i }} end return msgs"
+                    ))
+                    .eval()
+                    .unwrap();
+                let mut snapshot = Snapshot::with_raw(raw);
+                snapshot.remember(&lua, &list, 0).unwrap();
+                assert_eq!(snapshot.unchanged_prefix(&lua, &list).unwrap(), Some(len));
+                lua.load("msgs[#msgs + 1] = { role = 'user', content = 'new' }")
+                    .exec()
+                    .unwrap();
+                assert_eq!(snapshot.unchanged_prefix(&lua, &list).unwrap(), Some(len));
+                lua.load(format!("msgs[{len}].content = 'edited'"))
+                    .exec()
+                    .unwrap();
+                assert_eq!(
+                    snapshot.unchanged_prefix(&lua, &list).unwrap(),
+                    Some(len - 1),
+                    "{len}"
+                );
+                lua.load(format!("msgs[{}] = 1", len + 5)).exec().unwrap();
+                assert_eq!(snapshot.unchanged_prefix(&lua, &list).unwrap(), None);
+            }
+        }
+    }
+
+    #[test]
     fn an_untouched_list_is_reused_whole() {
-        let (lua, list, snapshot) = setup();
-        assert_eq!(snapshot.len(), 4);
-        assert_eq!(snapshot.unchanged_prefix(&lua, &list).unwrap(), Some(4));
-        // Appended records are new: the prefix stays at the records remembered.
-        lua.load("msgs[5] = { role = 'user', content = 'more' }")
-            .exec()
-            .unwrap();
-        assert_eq!(snapshot.unchanged_prefix(&lua, &list).unwrap(), Some(4));
+        for raw in MODES {
+            let (lua, list, snapshot) = setup(raw);
+            assert_eq!(snapshot.len(), 4);
+            assert_eq!(snapshot.unchanged_prefix(&lua, &list).unwrap(), Some(4));
+            // Appended records are new: the prefix stays at the records remembered.
+            lua.load("msgs[5] = { role = 'user', content = 'more' }")
+                .exec()
+                .unwrap();
+            assert_eq!(snapshot.unchanged_prefix(&lua, &list).unwrap(), Some(4));
+        }
     }
 
     #[test]
     fn every_kind_of_edit_ends_the_prefix_at_its_record() {
-        for (edit, prefix) in [
-            ("msgs[1].content = 't'", 0),
-            ("msgs[2].content = string.rep('x', 99) .. 'y'", 1),
-            ("msgs[2].n = 1.0", 1),
-            ("msgs[2].n = 2", 1),
-            ("msgs[2].f = -0.0", 1),
-            ("msgs[2].b = false", 1),
-            ("msgs[2].extra = 1", 1),
-            ("msgs[2].n = nil", 1),
-            ("msgs[3].tool_calls[1].arguments.k = 'w'", 2),
-            ("msgs[3].tool_calls[1].arguments.deep[2] = 3", 2),
-            ("msgs[3].tool_calls[1].arguments.deep[3] = 3", 2),
-            (
-                "msgs[3].tool_calls[1].arguments = { k = 'v', deep = { 1, 2 } }",
-                2,
-            ),
-            (
-                "msgs[4] = { role = 'tool', content = 'r1', tool_call_id = 'c1' }",
-                3,
-            ),
-            ("msgs[4].tool_call_id = 'c' .. '1' .. ''", 4),
-        ] {
-            let (lua, list, snapshot) = setup();
-            lua.load(edit).exec().unwrap();
-            assert_eq!(
-                snapshot.unchanged_prefix(&lua, &list).unwrap(),
-                Some(prefix),
-                "{edit}"
-            );
+        for raw in MODES {
+            for (edit, prefix) in [
+                ("msgs[1].content = 't'", 0),
+                ("msgs[2].content = string.rep('x', 99) .. 'y'", 1),
+                ("msgs[2].n = 1.0", 1),
+                ("msgs[2].n = 2", 1),
+                ("msgs[2].f = -0.0", 1),
+                ("msgs[2].b = false", 1),
+                ("msgs[2].extra = 1", 1),
+                ("msgs[2].n = nil", 1),
+                ("msgs[3].tool_calls[1].arguments.k = 'w'", 2),
+                ("msgs[3].tool_calls[1].arguments.deep[2] = 3", 2),
+                ("msgs[3].tool_calls[1].arguments.deep[3] = 3", 2),
+                (
+                    "msgs[3].tool_calls[1].arguments = { k = 'v', deep = { 1, 2 } }",
+                    2,
+                ),
+                (
+                    "msgs[4] = { role = 'tool', content = 'r1', tool_call_id = 'c1' }",
+                    3,
+                ),
+                ("msgs[4].tool_call_id = 'c' .. '1' .. ''", 4),
+            ] {
+                let (lua, list, snapshot) = setup(raw);
+                lua.load(edit).exec().unwrap();
+                assert_eq!(
+                    snapshot.unchanged_prefix(&lua, &list).unwrap(),
+                    Some(prefix),
+                    "{edit}"
+                );
+            }
         }
     }
 
     #[test]
     fn an_equal_long_string_at_a_new_address_counts_as_a_change() {
-        // Conservative: the record is checked again, never wrongly reused.
-        let (lua, list, snapshot) = setup();
-        lua.load("msgs[2].content = string.rep('x', 50) .. string.rep('x', 50)")
-            .exec()
-            .unwrap();
-        assert_eq!(snapshot.unchanged_prefix(&lua, &list).unwrap(), Some(1));
+        for raw in MODES {
+            // Conservative: the record is checked again, never wrongly reused.
+            let (lua, list, snapshot) = setup(raw);
+            lua.load("msgs[2].content = string.rep('x', 50) .. string.rep('x', 50)")
+                .exec()
+                .unwrap();
+            assert_eq!(snapshot.unchanged_prefix(&lua, &list).unwrap(), Some(1));
+        }
     }
 
     #[test]
     fn another_list_or_a_list_with_holes() {
-        let (lua, list, snapshot) = setup();
-        let copy: Value = lua
-            .load("local c = {} for i, v in ipairs(msgs) do c[i] = v end return c")
-            .eval()
-            .unwrap();
-        assert_eq!(snapshot.unchanged_prefix(&lua, &copy).unwrap(), Some(0));
-        lua.load("msgs.x = 1").exec().unwrap();
-        assert_eq!(snapshot.unchanged_prefix(&lua, &list).unwrap(), None);
-        let not_a_table = Value::Integer(3);
-        assert_eq!(snapshot.unchanged_prefix(&lua, &not_a_table).unwrap(), None);
+        for raw in MODES {
+            let (lua, list, snapshot) = setup(raw);
+            let copy: Value = lua
+                .load("local c = {} for i, v in ipairs(msgs) do c[i] = v end return c")
+                .eval()
+                .unwrap();
+            assert_eq!(snapshot.unchanged_prefix(&lua, &copy).unwrap(), Some(0));
+            lua.load("msgs.x = 1").exec().unwrap();
+            assert_eq!(snapshot.unchanged_prefix(&lua, &list).unwrap(), None);
+            let not_a_table = Value::Integer(3);
+            assert_eq!(snapshot.unchanged_prefix(&lua, &not_a_table).unwrap(), None);
+        }
     }
 
     #[test]
     fn remembering_keeps_the_prefix_and_retakes_the_rest() {
-        let (lua, list, mut snapshot) = setup();
-        lua.load("msgs[4].content = 'r2'; msgs[5] = { role = 'user', content = 'u' }")
-            .exec()
-            .unwrap();
-        assert_eq!(snapshot.unchanged_prefix(&lua, &list).unwrap(), Some(3));
-        snapshot.remember(&lua, &list, 3).unwrap();
-        assert_eq!(snapshot.len(), 5);
-        assert_eq!(snapshot.unchanged_prefix(&lua, &list).unwrap(), Some(5));
-        lua.load("msgs[5] = nil").exec().unwrap();
-        assert_eq!(snapshot.unchanged_prefix(&lua, &list).unwrap(), Some(4));
+        for raw in MODES {
+            let (lua, list, mut snapshot) = setup(raw);
+            lua.load("msgs[4].content = 'r2'; msgs[5] = { role = 'user', content = 'u' }")
+                .exec()
+                .unwrap();
+            assert_eq!(snapshot.unchanged_prefix(&lua, &list).unwrap(), Some(3));
+            snapshot.remember(&lua, &list, 3).unwrap();
+            assert_eq!(snapshot.len(), 5);
+            assert_eq!(snapshot.unchanged_prefix(&lua, &list).unwrap(), Some(5));
+            lua.load("msgs[5] = nil").exec().unwrap();
+            assert_eq!(snapshot.unchanged_prefix(&lua, &list).unwrap(), Some(4));
+        }
     }
 
     #[test]
     fn a_record_deeper_than_the_snapshot_follows_is_never_reused() {
-        let lua = Lua::new();
-        let list: Value = lua
+        for raw in MODES {
+            let lua = Lua::new();
+            let list: Value = lua
             .load(
                 r#"
                 local deep = {}
@@ -474,12 +568,13 @@ mod tests {
             )
             .eval()
             .unwrap();
-        let mut snapshot = Snapshot::default();
-        snapshot.remember(&lua, &list, 0).unwrap();
-        assert_eq!(snapshot.unchanged_prefix(&lua, &list).unwrap(), Some(1));
-        // A non-table record is remembered in a form nothing matches, too.
-        lua.load("msgs[1] = 'text'").exec().unwrap();
-        snapshot.remember(&lua, &list, 0).unwrap();
-        assert_eq!(snapshot.unchanged_prefix(&lua, &list).unwrap(), Some(0));
+            let mut snapshot = Snapshot::with_raw(raw);
+            snapshot.remember(&lua, &list, 0).unwrap();
+            assert_eq!(snapshot.unchanged_prefix(&lua, &list).unwrap(), Some(1));
+            // A non-table record is remembered in a form nothing matches, too.
+            lua.load("msgs[1] = 'text'").exec().unwrap();
+            snapshot.remember(&lua, &list, 0).unwrap();
+            assert_eq!(snapshot.unchanged_prefix(&lua, &list).unwrap(), Some(0));
+        }
     }
 }

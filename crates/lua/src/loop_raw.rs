@@ -1,0 +1,508 @@
+//! The walk before a `models.loop` round, reading Lua's tables in place: a faster form of
+//! `loop_walk.rs` (same question, same answers where it answers).
+//!
+//! Why by hand: the API walk still costs a `lua_next` per entry (each one finds its key's
+//! slot again by hashing), about 0.1 µs per record on a long conversation, the largest share
+//! of a round. Lua keeps a table as two plain arrays (an array part and a hash part of
+//! nodes); comparing those slots with a Rust-side image of them is a few loads per slot, and
+//! no crate offers it. An equal slot holds the same key and value (numbers by subtype and
+//! bits, everything else by object address, as the API walk names them), and equal slots in
+//! equal sizes traverse in the same order, so an unchanged image proves an unchanged record
+//! exactly as the API walk does.
+//!
+//! # Soundness
+//!
+//! - **Layout.** [`RawTable`] and [`RawNode`] mirror Lua 5.5's `Table` and `Node`
+//!   (`lobject.h`), and the array part is read as `ltable.h` lays it out (values below the
+//!   `array` pointer, a `u32` length hint, then one tag byte per slot). Nothing here is used
+//!   until [`layout_holds`] has confirmed that layout on tables built for the purpose: the
+//!   header's type tag, the sizes, and every slot of a table with array, hash, integer,
+//!   float, boolean, string and table entries, against the traversal `lua_next` makes of the
+//!   same table. If any probe disagrees (another Lua, another target), the raw form is never
+//!   used and the API walk of `loop_walk.rs` does all the work.
+//! - **Liveness.** Every table read is reached from the list passed in, through the slots of
+//!   tables that are themselves reachable, while the Lua state is suspended in this host call:
+//!   no Lua code and no collection step can run during a read (nothing here calls into Lua),
+//!   so every object read lives and no slot changes under the read. Addresses remembered from
+//!   an earlier round are only compared as numbers, never followed.
+//! - **Bounds.** A table's hash part is `2^lsizenode` nodes (a table without one points at
+//!   Lua's static one-node dummy, `lsizenode` 0); its array part is `asize` values below the
+//!   `array` pointer and `asize` tags above the length hint, and `array` is only followed when
+//!   `asize > 0`.
+//! - **Initialised bytes only.** Lua writes a slot's tag whenever it creates or clears the
+//!   slot, but leaves the value bytes of an empty, nil or boolean slot untouched (they may
+//!   never have been written). A value or key payload is read only when its tag says one was
+//!   stored ([`has_payload`]); the padding between fields is never read.
+//!
+//! Records nested deeper than the API walk follows are never reused, as there.
+
+#![allow(unsafe_code)]
+
+use std::os::raw::{c_int, c_uint, c_void};
+use std::sync::OnceLock;
+
+use mlua::{Lua, Table, Value};
+
+use crate::loop_walk::MAX_LEVELS;
+
+/// Lua 5.5's `Value`: one machine word of payload (a pointer, an integer or a float).
+type RawValue = u64;
+
+/// Lua 5.5's `Table` (`lobject.h`), field for field.
+#[repr(C)]
+struct RawTable {
+    next: *mut c_void,
+    tt: u8,
+    marked: u8,
+    flags: u8,
+    lsizenode: u8,
+    asize: c_uint,
+    array: *mut RawValue,
+    node: *mut RawNode,
+    metatable: *mut c_void,
+    gclist: *mut c_void,
+}
+
+/// Lua 5.5's `Node` (`lobject.h`): a value, its tag, the key's tag, the chain link and the
+/// key's payload.
+#[repr(C)]
+struct RawNode {
+    value: RawValue,
+    tt: u8,
+    key_tt: u8,
+    next: c_int,
+    key: RawValue,
+}
+
+/// `LUA_VTABLE`, the header tag of a table object.
+const VTABLE: u8 = 5;
+/// `ctb(LUA_VTABLE)`: the tag of a slot holding a table.
+const TABLE_TAG: u8 = VTABLE | 0x40;
+/// `LUA_VNUMINT`: the tag of an integer (key or value).
+const INTEGER_TAG: u8 = 3;
+
+/// Whether a slot with this tag carries a payload: everything but nil (empty slots included)
+/// and the booleans, whose value is their tag (`novariant` 0 and 1).
+fn has_payload(tag: u8) -> bool {
+    tag & 0x0F >= 2
+}
+
+/// One slot as an image keeps it: tags, and the payloads their tags say exist (0 otherwise).
+/// A slot of the array part has no key of its own (its index is its key).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Slot {
+    tag: u8,
+    key_tag: u8,
+    value: u64,
+    key: u64,
+}
+
+/// An entry of an image: a table's header, one of its slots, or a mark no table matches.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Item {
+    Table {
+        address: usize,
+        lsizenode: u8,
+        asize: u32,
+    },
+    Slot(Slot),
+    Never,
+}
+
+/// Whether this process's Lua lays tables out as [`RawTable`] says (checked once, see the
+/// module's soundness section).
+pub(crate) fn layout_holds() -> bool {
+    static HOLDS: OnceLock<bool> = OnceLock::new();
+    *HOLDS.get_or_init(|| probe().unwrap_or(false))
+}
+
+/// A table's header fields, read through the mirror.
+///
+/// # Safety
+/// `t` is the address of a live table and [`layout_holds`] (or the probe running it) vouches
+/// for the mirror.
+unsafe fn header(t: *const RawTable) -> (u8, u8, u32) {
+    // SAFETY: the caller's contract; each field is read on its own, never the padding.
+    unsafe {
+        (
+            std::ptr::addr_of!((*t).tt).read(),
+            std::ptr::addr_of!((*t).lsizenode).read(),
+            std::ptr::addr_of!((*t).asize).read(),
+        )
+    }
+}
+
+/// Slot `k` of the array part of `t` (`k < asize`).
+///
+/// # Safety
+/// As [`header`], and `k` is below the table's `asize`.
+unsafe fn array_slot(t: *const RawTable, k: u32) -> Slot {
+    // SAFETY: the caller's contract; `ltable.h`'s getArrTag / getArrVal.
+    unsafe {
+        let array = std::ptr::addr_of!((*t).array).read();
+        let tag = array
+            .cast::<u8>()
+            .add(std::mem::size_of::<c_uint>() + k as usize)
+            .read();
+        let value = if has_payload(tag) {
+            array.sub(1 + k as usize).read_unaligned()
+        } else {
+            0
+        };
+        Slot {
+            tag,
+            key_tag: 0,
+            value,
+            key: 0,
+        }
+    }
+}
+
+/// Node `i` of the hash part of `t` (`i < 2^lsizenode`).
+///
+/// # Safety
+/// As [`header`], and `i` is below the table's node count.
+unsafe fn node_slot(t: *const RawTable, i: usize) -> Slot {
+    // SAFETY: the caller's contract; only fields are read, payloads only when present.
+    unsafe {
+        let node = std::ptr::addr_of!((*t).node).read().add(i);
+        let tag = std::ptr::addr_of!((*node).tt).read();
+        let key_tag = std::ptr::addr_of!((*node).key_tt).read();
+        Slot {
+            tag,
+            key_tag,
+            value: if has_payload(tag) {
+                std::ptr::addr_of!((*node).value).read()
+            } else {
+                0
+            },
+            key: if has_payload(key_tag) {
+                std::ptr::addr_of!((*node).key).read()
+            } else {
+                0
+            },
+        }
+    }
+}
+
+/// Every slot of `t` in storage order (the array part, then the nodes): the order `lua_next`
+/// visits the non-empty ones in.
+///
+/// # Safety
+/// As [`header`].
+unsafe fn each_slot(t: *const RawTable, mut f: impl FnMut(Slot) -> bool) -> bool {
+    // SAFETY: the caller's contract; indices stay below the sizes the header gives.
+    unsafe {
+        let (_, lsizenode, asize) = header(t);
+        for k in 0..asize {
+            if !f(array_slot(t, k)) {
+                return false;
+            }
+        }
+        for i in 0..(1usize << lsizenode) {
+            if !f(node_slot(t, i)) {
+                return false;
+            }
+        }
+        true
+    }
+}
+
+/// Whether a slot is empty (`isempty`: a nil tag of any variant).
+fn empty(slot: &Slot) -> bool {
+    slot.tag & 0x0F == 0
+}
+
+/// Appends the image of the table at `t` to `items` (its header and slots, then each nested
+/// table's image in slot order), `levels` deep at most; `false` when it goes deeper.
+///
+/// # Safety
+/// As [`header`].
+unsafe fn take(t: *const RawTable, items: &mut Vec<Item>, levels: usize) -> bool {
+    if levels == 0 {
+        return false;
+    }
+    // SAFETY: the caller's contract; nested tables are reached through `t`'s own slots.
+    unsafe {
+        let (_, lsizenode, asize) = header(t);
+        items.push(Item::Table {
+            address: t as usize,
+            lsizenode,
+            asize,
+        });
+        let first = items.len();
+        each_slot(t, |slot| {
+            items.push(Item::Slot(slot));
+            true
+        });
+        // The nested images go after every slot of this table, in slot order.
+        for i in first..first + (asize as usize + (1usize << lsizenode)) {
+            if let Some(Item::Slot(slot)) = items.get(i).copied()
+                && slot.tag == TABLE_TAG
+                && !take(slot.value as usize as *const RawTable, items, levels - 1)
+            {
+                return false;
+            }
+        }
+        true
+    }
+}
+
+/// Whether the table at `t` matches the image at `items[*at..]`; advances `at` past it.
+///
+/// # Safety
+/// As [`header`].
+unsafe fn same(t: *const RawTable, items: &[Item], at: &mut usize) -> bool {
+    // SAFETY: the caller's contract; nested tables are reached through `t`'s own slots.
+    unsafe {
+        let (_, lsizenode, asize) = header(t);
+        if items.get(*at)
+            != Some(&Item::Table {
+                address: t as usize,
+                lsizenode,
+                asize,
+            })
+        {
+            return false;
+        }
+        *at += 1;
+        let slots = *at;
+        let equal = each_slot(t, |slot| {
+            let held = items.get(*at) == Some(&Item::Slot(slot));
+            *at += 1;
+            held
+        });
+        if !equal {
+            return false;
+        }
+        // Equal slots name the same nested tables, in the same order as the image took them.
+        let end = *at;
+        for i in slots..end {
+            if let Some(Item::Slot(slot)) = items.get(i)
+                && slot.tag == TABLE_TAG
+                && !same(slot.value as usize as *const RawTable, items, at)
+            {
+                return false;
+            }
+        }
+        true
+    }
+}
+
+/// What the raw walk found in a list: `Some(prefix)` as the API walk answers, or `None` when
+/// the list is laid out in a way this form leaves to the API walk.
+pub(crate) enum Scan {
+    Answer(Option<i64>),
+    AskTheApi,
+}
+
+/// The records of one `models.loop` list as images of their tables.
+#[derive(Debug, Default)]
+pub(crate) struct RawSnapshot {
+    /// The list's own address (the shim keeps it alive as `state.list`).
+    list: Option<usize>,
+    items: Vec<Item>,
+    /// Where each remembered record starts in `items`.
+    starts: Vec<usize>,
+}
+
+impl RawSnapshot {
+    pub(crate) fn clear(&mut self) {
+        *self = Self::default();
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        self.starts.len()
+    }
+
+    fn record(&self, i: usize) -> Option<&[Item]> {
+        let start = *self.starts.get(i)?;
+        let end = self.starts.get(i + 1).copied().unwrap_or(self.items.len());
+        self.items.get(start..end)
+    }
+
+    /// The walk of [`crate::loop_walk::Snapshot::unchanged_prefix`] over raw slots. Only
+    /// called when [`layout_holds`].
+    pub(crate) fn scan(&self, list: &Value) -> Scan {
+        let Value::Table(table) = list else {
+            return Scan::Answer(None);
+        };
+        let address = table.to_pointer() as usize;
+        if self.list != Some(address) {
+            return Scan::AskTheApi;
+        }
+        let t = address as *const RawTable;
+        let (mut n, mut p) = (0i64, 0i64);
+        let mut reuse = true;
+        let mut gap = false;
+        let mut unusual = false;
+        // SAFETY: `t` is the live list (held by `list`), the layout is vouched for, and the
+        // records compared are reached through its slots; see the module's soundness section.
+        unsafe {
+            let (_, _, asize) = header(t);
+            let mut k = 0u32;
+            each_slot(t, |slot| {
+                let in_array = k < asize;
+                k = k.saturating_add(1);
+                if empty(&slot) {
+                    gap |= in_array;
+                    return true;
+                }
+                // Keys must come out as 1, 2, ... in traversal order.
+                let key_ok = if in_array {
+                    !gap
+                } else {
+                    slot.key_tag == INTEGER_TAG && slot.key as i64 == n + 1
+                };
+                if !key_ok {
+                    unusual = true;
+                    return false;
+                }
+                n += 1;
+                if reuse {
+                    reuse = slot.tag == TABLE_TAG
+                        && usize::try_from(n - 1)
+                            .ok()
+                            .and_then(|i| self.record(i))
+                            .is_some_and(|held| {
+                                let mut at = 0;
+                                same(slot.value as usize as *const RawTable, held, &mut at)
+                                    && at == held.len()
+                            });
+                    if reuse {
+                        p = n;
+                    }
+                }
+                true
+            });
+        }
+        if unusual {
+            Scan::AskTheApi
+        } else {
+            Scan::Answer(Some(p))
+        }
+    }
+
+    /// Remembers `table`'s records after the first `kept` as they are now (see
+    /// [`crate::loop_walk::Snapshot::remember`]). Only called when [`layout_holds`].
+    pub(crate) fn remember(&mut self, table: &Table, kept: usize) -> mlua::Result<()> {
+        let kept = kept.min(self.len());
+        if let Some(&start) = self.starts.get(kept) {
+            self.items.truncate(start);
+        }
+        self.starts.truncate(kept);
+        self.list = Some(table.to_pointer() as usize);
+        for n in kept.saturating_add(1)..=table.raw_len() {
+            let record: Value = table.raw_get(n)?;
+            self.starts.push(self.items.len());
+            let complete = match &record {
+                // SAFETY: `record` holds the table alive while its image is taken, and the
+                // layout is vouched for; see the module's soundness section.
+                Value::Table(t) => unsafe {
+                    take(
+                        t.to_pointer().cast::<RawTable>(),
+                        &mut self.items,
+                        MAX_LEVELS,
+                    )
+                },
+                _ => false,
+            };
+            if !complete {
+                let start = self.starts.last().copied().unwrap_or(0);
+                self.items.truncate(start);
+                self.items.push(Item::Never);
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The layout check behind [`layout_holds`]: tables built for the purpose, read both through
+/// the mirror and through `lua_next` (mlua's `pairs`), must agree slot for slot.
+fn probe() -> mlua::Result<bool> {
+    if std::mem::size_of::<RawNode>() != 24 || std::mem::size_of::<*const u8>() != 8 {
+        return Ok(false);
+    }
+    let lua = Lua::new();
+    let (t, small): (Table, Table) = lua
+        .load(
+            r#"
+            local t = { 10, 20, 30 }
+            t.s = 'probe'
+            t.f = 1.5
+            t.yes, t.no = true, false
+            t.nested = {}
+            t[100] = 7
+            t.gone = 1
+            t.gone = nil
+            return t, { 1, 2 }
+            "#,
+        )
+        .eval()?;
+    for table in [&t, &small] {
+        let address = table.to_pointer().cast::<RawTable>();
+        // SAFETY: `table` holds a live table; the probe reads only what the mirror says is
+        // there, and stops at the first disagreement (the header tag, then the sizes).
+        let raw = unsafe {
+            let (tt, lsizenode, asize) = header(address);
+            if tt != VTABLE || lsizenode > 8 || asize > 64 {
+                return Ok(false);
+            }
+            let mut entries = Vec::new();
+            let mut k = 0u32;
+            each_slot(address, |slot| {
+                k += 1;
+                if !empty(&slot) {
+                    let key = if k <= asize {
+                        (INTEGER_TAG, u64::from(k))
+                    } else {
+                        (slot.key_tag, slot.key)
+                    };
+                    entries.push((key, (slot.tag, slot.value)));
+                }
+                true
+            });
+            entries
+        };
+        let mut api = Vec::new();
+        for pair in table.pairs::<Value, Value>() {
+            let (key, value) = pair?;
+            let (Some(key), Some(value)) = (probe_ident(&lua, &key)?, probe_ident(&lua, &value)?)
+            else {
+                return Ok(false);
+            };
+            api.push((key, value));
+        }
+        if raw != api {
+            return Ok(false);
+        }
+    }
+    Ok(true)
+}
+
+/// A value as the raw slots name it (tag and payload), for the probe's comparison.
+fn probe_ident(lua: &Lua, value: &Value) -> mlua::Result<Option<(u8, u64)>> {
+    Ok(Some(match value {
+        Value::Integer(i) => (INTEGER_TAG, *i as u64),
+        Value::Number(f) => (0x13, f.to_bits()),
+        Value::Boolean(false) => (0x01, 0),
+        Value::Boolean(true) => (0x11, 0),
+        Value::String(_) => (0x44, object_address(lua, value)?),
+        Value::Table(_) => (TABLE_TAG, object_address(lua, value)?),
+        _ => return Ok(None),
+    }))
+}
+
+/// The object address `lua_topointer` gives (mlua's `to_pointer` gives a string's bytes).
+fn object_address(lua: &Lua, value: &Value) -> mlua::Result<u64> {
+    // SAFETY: `exec_raw` calls this with `value` at index 1 in protected mode;
+    // `lua_topointer` only reads it, and the stack is left holding the one integer returned.
+    let address: i64 = unsafe {
+        lua.exec_raw(value, |l| {
+            let address = mlua::ffi::lua_topointer(l, 1) as usize as i64;
+            mlua::ffi::lua_settop(l, 0);
+            mlua::ffi::lua_pushinteger(l, address);
+        })
+    }?;
+    Ok(address as u64)
+}
