@@ -20,7 +20,7 @@ use std::sync::Arc;
 use mlua::{Lua, Table, UserData, Value};
 use serde_json::Value as Json;
 
-use promptforge_protocol::conversation::Message;
+use promptforge_protocol::conversation::{Message, ToolSpec};
 
 use crate::conversation::{self, Checked, UsageMemory};
 use crate::json;
@@ -42,11 +42,75 @@ pub(crate) struct LoopList {
     bytes: Vec<u64>,
     /// The records in `cached` as they were when checked, for the next round's walk.
     snapshot: Snapshot,
+    /// The tools the last round offered (see [`LoopList::offered_tools`]).
+    tools: Option<OfferedTools>,
+}
+
+/// The tools a round offered: the objects its specs named, the list that holds them (kept
+/// alive, so no address in `key` can be reused by a new object), and their conversion.
+#[derive(Debug)]
+struct OfferedTools {
+    key: Vec<[usize; 3]>,
+    #[expect(dead_code, reason = "held only to keep the objects `key` names alive")]
+    anchor: Table,
+    specs: Arc<[ToolSpec]>,
+}
+
+/// What names each spec of a round's tool list: its `name`, `description` and `parameters`
+/// objects by address; `None` for anything but a list of tables.
+fn tools_key(specs: &Table) -> mlua::Result<Option<Vec<[usize; 3]>>> {
+    let len = specs.raw_len();
+    let mut key = Vec::with_capacity(len);
+    for index in 1..=len {
+        let Value::Table(spec) = specs.raw_get::<Value>(index)? else {
+            return Ok(None);
+        };
+        let mut entry = [0; 3];
+        for (slot, field) in entry.iter_mut().zip(["name", "description", "parameters"]) {
+            let value: Value = spec.raw_get(field)?;
+            *slot = match value {
+                Value::String(_) | Value::Table(_) => value.to_pointer() as usize,
+                _ => return Ok(None),
+            };
+        }
+        key.push(entry);
+    }
+    Ok(Some(key))
 }
 
 impl UserData for LoopList {}
 
 impl LoopList {
+    /// The tools a round offers, as `convert` reads them from `specs` (the shim's list of
+    /// `{name, description, parameters}`), or the last round's conversion again when `specs`
+    /// names the same objects in the same order. That reuse is exact because the shim builds
+    /// every spec from its own tables, which nothing writes once they are made (a local
+    /// tool's schema at `tools.add_local`, a bound tool's from the Host, the task built-ins'
+    /// constants) and which no prompt code can reach (a tool object's `parameters` is a
+    /// fresh empty table), and strings never change.
+    pub(crate) fn offered_tools(
+        &mut self,
+        specs: &Value,
+        convert: impl FnOnce() -> Result<Vec<ToolSpec>, String>,
+    ) -> Result<Arc<[ToolSpec]>, String> {
+        let key = match specs {
+            Value::Table(table) => tools_key(table).ok().flatten().map(|k| (k, table)),
+            _ => None,
+        };
+        if let (Some((key, _)), Some(held)) = (&key, &self.tools)
+            && *key == held.key
+        {
+            return Ok(Arc::clone(&held.specs));
+        }
+        let specs: Arc<[ToolSpec]> = convert()?.into();
+        self.tools = key.map(|(key, table)| OfferedTools {
+            key,
+            anchor: table.clone(),
+            specs: Arc::clone(&specs),
+        });
+        Ok(specs)
+    }
+
     /// The records the next round sends.
     pub(crate) fn composed(&self) -> &[Arc<Message>] {
         &self.composed
@@ -232,6 +296,46 @@ mod tests {
                     .to_owned()
             )
         );
+    }
+
+    #[test]
+    fn a_round_offering_the_same_tool_objects_reuses_their_conversion() {
+        let lua = Lua::new();
+        let mut state = LoopList::default();
+        let specs = |lua: &Lua| -> Value {
+            lua.load("return { { name = 'look', description = D, parameters = P } }")
+                .eval()
+                .unwrap()
+        };
+        lua.load("D = 'Look it up'; P = { type = 'object' }")
+            .exec()
+            .unwrap();
+        let converted = std::cell::Cell::new(0);
+        let convert = || {
+            converted.set(converted.get() + 1);
+            Ok(vec![ToolSpec {
+                name: "look".into(),
+                description: "Look it up".into(),
+                parameters: serde_json::json!({"type": "object"}),
+            }])
+        };
+        let first = state.offered_tools(&specs(&lua), convert).unwrap();
+        // A fresh list naming the same objects: the same conversion, shared.
+        let second = state.offered_tools(&specs(&lua), convert).unwrap();
+        assert!(Arc::ptr_eq(&first, &second));
+        assert_eq!(converted.get(), 1);
+        // Another description or another parameters table: converted again.
+        lua.load("D = 'Look it up now'").exec().unwrap();
+        state.offered_tools(&specs(&lua), convert).unwrap();
+        lua.load("P = { type = 'object' }").exec().unwrap();
+        let third = state.offered_tools(&specs(&lua), convert).unwrap();
+        assert_eq!(converted.get(), 3);
+        assert!(!Arc::ptr_eq(&first, &third));
+        // Anything but a list of spec tables is converted every time.
+        let odd: Value = lua.load("return { 'look' }").eval().unwrap();
+        state.offered_tools(&odd, convert).unwrap();
+        state.offered_tools(&odd, convert).unwrap();
+        assert_eq!(converted.get(), 5);
     }
 
     #[test]

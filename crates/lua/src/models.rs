@@ -10,7 +10,8 @@ use std::rc::Rc;
 
 use mlua::{AnyUserData, Lua, MetaMethod, Table, UserData, UserDataFields, UserDataMethods, Value};
 use promptforge_syntax::names::{NAME_PATTERN, is_valid_name};
-use serde_json::{Value as Json, json};
+
+use promptforge_protocol::effect::ModelTarget;
 
 use crate::json::format_number;
 use crate::raise::Raise;
@@ -115,16 +116,31 @@ pub struct Handle {
 }
 
 impl Handle {
-    /// The handle as the JSON a model round request carries.
-    pub fn to_json(&self) -> Json {
-        json!({
-            "name": self.name,
-            "model_id": self.model_id,
-            "context": self.context,
-            "thinking": self.thinking,
-            "temperature": self.sampling.temperature,
-            "max_tokens": self.sampling.max_tokens,
-        })
+    /// The model a round on this handle runs on.
+    pub fn target(&self) -> ModelTarget {
+        ModelTarget {
+            name: self.name.clone(),
+            model_id: self.model_id.clone(),
+            context: self.context,
+            thinking: self.thinking,
+            temperature: self.sampling.temperature,
+            max_tokens: self.sampling.max_tokens,
+        }
+    }
+}
+
+/// The model a section's round runs on, as the shim carries it from `round_model` to the
+/// round's request, the precheck and the usage record: opaque to Lua, read in place by the
+/// Rust side (no table built and converted back for every round).
+#[derive(Debug, Clone)]
+pub(crate) struct RoundTarget(pub(crate) ModelTarget);
+
+impl UserData for RoundTarget {}
+
+impl RoundTarget {
+    /// The key the usage memory files a round's usage under: the role and the model.
+    pub(crate) fn usage_key(&self) -> String {
+        format!("{}\u{0}{}", self.0.name, self.0.model_id)
     }
 }
 

@@ -83,6 +83,9 @@ pub(crate) fn key_header(text: &str) -> Result<HeaderValue, ModelError> {
 pub(crate) struct Endpoint {
     pub(crate) client: reqwest::Client,
     pub(crate) url: String,
+    /// `url` parsed once (a round would otherwise parse it again for every POST); `None`
+    /// when it does not parse, which the POST then reports.
+    parsed: Option<reqwest::Url>,
     pub(crate) limits: ModelLimits,
     pub(crate) hint: String,
 }
@@ -92,6 +95,7 @@ impl Endpoint {
     pub(crate) fn new(url: String, limits: ModelLimits) -> Result<Endpoint, ModelError> {
         Ok(Endpoint {
             client: build_client()?,
+            parsed: reqwest::Url::parse(&url).ok(),
             url,
             limits,
             hint: String::new(),
@@ -151,8 +155,11 @@ impl Endpoint {
             })?);
         let mut attempt = 0;
         let response = loop {
-            let request = client
-                .post(url)
+            let request = match &self.parsed {
+                Some(parsed) => client.post(parsed.clone()),
+                None => client.post(url),
+            };
+            let request = request
                 .headers(headers.clone())
                 .header(CONTENT_TYPE, "application/json")
                 .header(ACCEPT, "text/event-stream")

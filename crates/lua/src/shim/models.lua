@@ -206,10 +206,10 @@ models.loop = function(...)
     local reply = suspend('model.loop', { model = target, tools = specs, messages = state.ud })
     if reply.overflow then overflow(compactor, 'provider') end
     rounds = rounds + 1
-    host('loop_record', state.ud, target, reply.usage)
+    host('loop_record', state.ud, target)
     local calls = reply.tool_calls or {}
     if #calls > 0 then
-      local malformed = host('loop_check_calls', calls)
+      local malformed = host('loop_check_calls')
       if malformed then typed_error('internal', malformed, nil, 'Completion') end
       -- All or nothing: every name must be on offer before any tool runs.
       local on_offer = {}

@@ -30,6 +30,8 @@ use crate::raise::find_raise;
 use crate::substitution::{self, Data, Sources, SysLookup};
 use promptforge_protocol::conversation::{Message, ToolSpec, Usage};
 use promptforge_protocol::effect::{ModelRound, ModelTarget};
+
+use crate::models::RoundTarget;
 use promptforge_protocol::request::SectionRequest;
 
 /// The memory ceiling of one section VM.
@@ -404,6 +406,10 @@ struct Shared {
     selection: Option<(String, Sampling)>,
     /// Provider-reported usage for the precheck (chapter 11).
     usage: UsageMemory,
+    /// The last model reply a suspended call was answered with, as the Host sent it: the
+    /// loop's checks of its tool calls and its usage read it here rather than converting the
+    /// Lua copy back (the shim asks right after the round, before any prompt code runs).
+    last_reply: Option<Json>,
     /// The run's `untrusted` nonce.
     nonce: String,
     /// A `jump` target recorded by the running block (it wins over the block's own end).
@@ -544,6 +550,7 @@ impl SectionVm {
             models: cfg.models.clone(),
             selection: None,
             usage: UsageMemory::new(),
+            last_reply: None,
             nonce: cfg.nonce.clone(),
             jump: None,
             item: cfg.item.clone(),
@@ -787,7 +794,14 @@ impl SectionVm {
     fn answer_values(&self, answer: Option<Answer>) -> mlua::Result<(bool, Value)> {
         match answer {
             None => Ok((true, Value::Nil)),
-            Some(Answer::Value(value)) => Ok((true, json::from_json(&self.lua, &value)?)),
+            Some(Answer::Value(value)) => {
+                let lua_value = json::from_json(&self.lua, &value)?;
+                // A model reply (the one answer that carries `tool_calls`) is kept for the
+                // loop's checks; any other answer leaves no copy behind.
+                self.shared.borrow_mut().last_reply =
+                    value.get("tool_calls").is_some().then_some(value);
+                Ok((true, lua_value))
+            }
             Some(Answer::Error(err)) => {
                 let t = self.lua.create_table()?;
                 t.raw_set("kind", err.kind)?;
@@ -1138,34 +1152,26 @@ fn fanout_members(lua: &Lua, collection: &Table) -> mlua::Result<Result<Table, S
     Ok(Ok(members))
 }
 
-/// The precheck's model key: a switch of role or model starts counting afresh.
-fn usage_key(target: &Json) -> String {
-    let name = target
-        .get("name")
-        .and_then(Json::as_str)
-        .unwrap_or_default();
-    let model = target
-        .get("model_id")
-        .and_then(Json::as_str)
-        .unwrap_or_default();
-    format!("{name}\u{0}{model}")
+/// The [`RoundTarget`] the shim passed as `value`, if it is one.
+pub(crate) fn round_target(value: &Value) -> Option<mlua::UserDataRef<RoundTarget>> {
+    match value {
+        Value::UserData(data) => data.borrow::<RoundTarget>().ok(),
+        _ => None,
+    }
 }
 
 /// Whether the records `list` last composed fit `target`'s context window (the request
 /// precheck); true when there is no target yet. `models.loop`'s first round asks this alone:
 /// its list was composed by the argument check just before, and nothing has changed it since.
 fn loop_fits(shared: &Rc<RefCell<Shared>>, list: &LoopList, target: &Value) -> bool {
-    let Value::Table(_) = target else {
+    let Some(target) = round_target(target) else {
         return true;
     };
-    let target = json::to_json(target, "model").unwrap_or(Json::Null);
-    let context = target.get("context").and_then(Json::as_u64).unwrap_or(1);
-    let max_tokens = target.get("max_tokens").and_then(Json::as_u64);
     list.fits(
         &shared.borrow().usage,
-        &usage_key(&target),
-        context,
-        max_tokens,
+        &target.usage_key(),
+        target.0.context,
+        target.0.max_tokens,
     )
 }
 
@@ -1179,7 +1185,11 @@ fn model_round(infer: bool, request: &Table) -> Result<ModelRound, String> {
         let value: Value = request.raw_get(key).map_err(|e| malformed(&e))?;
         json::to_json(&value, key).map_err(|e| malformed(&e))
     };
-    let model: ModelTarget = serde_json::from_value(field("model")?).map_err(|e| malformed(&e))?;
+    let model: Value = request.raw_get("model").map_err(|e| malformed(&e))?;
+    let model: ModelTarget = round_target(&model)
+        .ok_or_else(|| malformed(&"the model is not a round target"))?
+        .0
+        .clone();
     if infer {
         let prompt = match field("prompt")? {
             Json::String(prompt) => prompt,
@@ -1192,24 +1202,22 @@ fn model_round(infer: bool, request: &Table) -> Result<ModelRound, String> {
             tools: Arc::from([]),
         });
     }
-    let tools = match field("tools")? {
+    let list: mlua::AnyUserData = request.raw_get("messages").map_err(|e| malformed(&e))?;
+    let mut list = list.borrow_mut::<LoopList>().map_err(|e| malformed(&e))?;
+    let specs: Value = request.raw_get("tools").map_err(|e| malformed(&e))?;
+    let tools = list.offered_tools(&specs, || match field("tools")? {
         Json::Array(items) => items
             .into_iter()
             .map(serde_json::from_value::<ToolSpec>)
             .collect::<Result<Vec<_>, _>>()
-            .map_err(|e| malformed(&e))?,
-        _ => Vec::new(),
-    };
-    let list: mlua::AnyUserData = request.raw_get("messages").map_err(|e| malformed(&e))?;
-    let messages = list
-        .borrow::<LoopList>()
-        .map_err(|e| malformed(&e))?
-        .composed_shared();
+            .map_err(|e| malformed(&e)),
+        _ => Ok(Vec::new()),
+    })?;
     Ok(ModelRound {
         infer: false,
         model,
-        messages,
-        tools: tools.into(),
+        messages: list.composed_shared(),
+        tools,
     })
 }
 

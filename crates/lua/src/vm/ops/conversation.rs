@@ -1,6 +1,8 @@
 //! Host operations of `models.loop`: the list state, the raw walk, the check and compose, the
 //! precheck, a round's usage and its tool calls.
 
+use serde::Deserialize;
+
 use super::*;
 
 /// This module's host operations, by the name the shim calls them.
@@ -67,34 +69,44 @@ fn loop_compose(call: Call<'_>) -> mlua::Result<MultiValue> {
     }
 }
 
+/// `loop_record(state, target)`: files the usage of the round just answered (the last
+/// reply's `usage`) under the round's model.
 fn loop_record(call: Call<'_>) -> mlua::Result<MultiValue> {
     let Call {
         s,
-        args: [a, b, c, _],
+        args: [a, b, _, _],
         ..
     } = call;
     let Value::UserData(state) = &a else {
         return Ok(MultiValue::new());
     };
     let list = state.borrow::<LoopList>()?;
-    let target = json::to_json(&b, "model").unwrap_or(Json::Null);
-    let usage = json::to_json(&c, "usage")
-        .ok()
-        .and_then(|u| serde_json::from_value::<Usage>(u).ok());
-    s.borrow_mut()
-        .usage
-        .record_round(list.composed(), &usage_key(&target), usage);
+    let key = vm::round_target(&b)
+        .map(|t| t.usage_key())
+        .unwrap_or_default();
+    let mut shared = s.borrow_mut();
+    let usage = shared
+        .last_reply
+        .as_ref()
+        .and_then(|reply| reply.get("usage"))
+        .and_then(|usage| Usage::deserialize(usage).ok());
+    shared.usage.record_round(list.composed(), &key, usage);
     Ok(MultiValue::new())
 }
 
+/// `loop_check_calls()`: the first problem with the last reply's tool calls, if any.
 fn loop_check_calls(call: Call<'_>) -> mlua::Result<MultiValue> {
-    let Call {
-        lua,
-        args: [a, _, _, _],
-        ..
-    } = call;
-    let calls = json::to_json(&a, "tool_calls").unwrap_or(Json::Null);
-    match check_calls(&calls) {
+    let Call { lua, s, .. } = call;
+    let checked = match s
+        .borrow()
+        .last_reply
+        .as_ref()
+        .and_then(|r| r.get("tool_calls"))
+    {
+        Some(calls) => check_calls(calls),
+        None => Ok(()),
+    };
+    match checked {
         Ok(()) => Ok(MultiValue::new()),
         Err(message) => message.into_lua_multi(lua),
     }

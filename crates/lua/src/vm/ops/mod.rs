@@ -26,8 +26,8 @@ mod tools;
 use super::{
     ChunkMode, IntoLuaMulti, Json, LoopList, Ordering, Prose, Usage, call_site, check_calls,
     check_log, find_raise, json, models, module_bytecode, record_error_site, scalar_result,
-    usage_key,
 };
+use crate::models::RoundTarget;
 use crate::vm;
 
 /// One host call: the VM, its shared state, and the (up to four) arguments.

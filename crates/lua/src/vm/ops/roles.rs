@@ -102,7 +102,9 @@ fn round_model(call: Call<'_>) -> mlua::Result<MultiValue> {
         return (Value::Nil, Value::Nil, true).into_lua_multi(lua);
     }
     match models::round_handle(&st.models, models::as_handle(&a), st.selection.as_ref()) {
-        Some(handle) => json::from_json(lua, &handle.to_json())?.into_lua_multi(lua),
+        Some(handle) => lua
+            .create_userdata(RoundTarget(handle.target()))?
+            .into_lua_multi(lua),
         None => (
             Value::Nil,
             format!("model binding required for section {}", st.section_name),
