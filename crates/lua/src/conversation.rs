@@ -149,8 +149,15 @@ pub fn check_list(list: &Value) -> Result<Vec<Message>, String> {
         .collect())
 }
 
+#[cfg(test)]
 /// [`check_list`], keeping each record's first-layer result.
 pub fn check_list_records(list: &Value) -> Result<Vec<Checked>, String> {
+    check_list_walk(list).map(|(checked, _)| checked)
+}
+
+/// [`check_list_records`], with the walk of the rules across records as it ended (for a
+/// list that goes on growing).
+pub fn check_list_walk(list: &Value) -> Result<(Vec<Checked>, Across), String> {
     let items = match list {
         Value::Array(items) if items.is_empty() => return Err(EMPTY_LIST.to_owned()),
         Value::Object(map) if map.is_empty() => return Err(EMPTY_LIST.to_owned()),
@@ -167,8 +174,10 @@ pub fn check_list_records(list: &Value) -> Result<Vec<Checked>, String> {
     for (position, item) in items.iter().enumerate() {
         checked.push(check_record(position + 1, item)?);
     }
-    check_across(&checked)?;
-    Ok(checked)
+    let mut across = Across::default();
+    across.go_on(&checked)?;
+    across.finish()?;
+    Ok((checked, across))
 }
 
 /// The Lua type name a JSON scalar came from.
@@ -357,18 +366,19 @@ fn check_call(index: usize, call_index: usize, value: &Value) -> Result<ToolCall
 
 /// The open batch of tool calls: the assistant record's 1-based index and its calls in call
 /// order, each with whether it has been answered.
-struct Batch<'a> {
+#[derive(Debug, Clone)]
+struct Batch {
     index: usize,
-    calls: Vec<(&'a str, bool)>,
+    calls: Vec<(String, bool)>,
 }
 
-impl Batch<'_> {
+impl Batch {
     /// Marks the pending call `id` answered; false when no pending call has that id.
     fn answer(&mut self, id: &str) -> bool {
         match self
             .calls
             .iter_mut()
-            .find(|(call, answered)| !*answered && *call == id)
+            .find(|(call, answered)| !*answered && call == id)
         {
             Some(slot) => {
                 slot.1 = true;
@@ -395,6 +405,7 @@ impl Batch<'_> {
     }
 }
 
+#[cfg(test)]
 /// The number of system records that open the list.
 fn leading_system_count<M: Borrow<Message>>(records: &[M]) -> usize {
     records
@@ -403,97 +414,149 @@ fn leading_system_count<M: Borrow<Message>>(records: &[M]) -> usize {
         .count()
 }
 
-/// The second layer: the rules across records, in the chapter's order.
+#[cfg(test)]
+/// The second layer: the rules across records, in the chapter's order (as [`Across`] goes
+/// through them).
 pub fn check_across(checked: &[Checked]) -> Result<(), String> {
-    let leading = checked
-        .iter()
-        .take_while(|c| matches!(*c.message, Message::System { .. }))
-        .count();
-    if leading >= 2
-        && let Some(position) = checked
-            .iter()
-            .take(leading)
-            .position(|c| !matches!(c.message.content(), Content::Text(_)))
-    {
-        return Err(format!(
-            "messages[{}] is a system message with content parts; only plain text system \
-             messages can be composed",
-            position + 1
-        ));
+    let mut across = Across::default();
+    across.go_on(checked)?;
+    across.finish()
+}
+
+/// The rules across records as a walk that can stop and go on: what [`check_across`] knows
+/// after the records it has gone through (the call ids seen, the open batch, the leading
+/// system block). A `models.loop` list keeps one between rounds and only goes through the
+/// records appended since, which reports exactly what the whole walk would: every rule looks
+/// only backwards, so the records already gone through pass again the same way.
+#[derive(Debug, Clone, Default)]
+pub struct Across {
+    /// How many records it has gone through.
+    seen: usize,
+    /// The leading system block's length, once a record after it has ended it (until then
+    /// a record appended could still lengthen it, so the walk starts over).
+    leading: Option<usize>,
+    seen_ids: FxHashSet<String>,
+    batch: Option<Batch>,
+}
+
+impl Across {
+    /// How many records it has gone through.
+    pub fn seen(&self) -> usize {
+        self.seen
     }
 
-    // Sized for the list at once: built anew every round, it would otherwise grow (and
-    // rehash) its way up to the conversation's number of calls each time.
-    let mut seen_ids: FxHashSet<&str> =
-        FxHashSet::with_capacity_and_hasher(checked.len(), Default::default());
-    let mut batch: Option<Batch<'_>> = None;
-    for (position, entry) in checked.iter().enumerate() {
-        let n = position + 1;
-        let record = &*entry.message;
-        let role = role_of(record);
-        if entry.sets_tool_calls && role != Role::Assistant {
-            return Err(format!(
-                "messages[{n}] sets tool_calls but is not an assistant message"
-            ));
-        }
-        if entry.sets_tool_call_id && role != Role::Tool {
-            return Err(format!(
-                "messages[{n}] sets a tool_call_id but is not a tool message"
-            ));
-        }
-        match record {
-            Message::System { .. } => {
-                if position >= leading {
+    /// The leading system block's length, once a record after it has ended it.
+    pub fn leading(&self) -> Option<usize> {
+        self.leading
+    }
+
+    /// Goes on through `checked` from the first record it has not gone through; the records
+    /// before that must be the ones it went through. `Ok` while every rule holds; the rule at
+    /// the end of the list is [`Across::finish`]'s. After an `Err` the walk must start over.
+    pub fn go_on(&mut self, checked: &[Checked]) -> Result<(), String> {
+        let leading = match self.leading {
+            Some(leading) if self.seen <= checked.len() => leading,
+            _ => {
+                *self = Self::default();
+                let leading = checked
+                    .iter()
+                    .take_while(|c| matches!(*c.message, Message::System { .. }))
+                    .count();
+                if leading >= 2
+                    && let Some(position) = checked
+                        .iter()
+                        .take(leading)
+                        .position(|c| !matches!(c.message.content(), Content::Text(_)))
+                {
                     return Err(format!(
-                        "messages[{n}] is a system message outside the leading system block"
+                        "messages[{}] is a system message with content parts; only plain text \
+                         system messages can be composed",
+                        position + 1
                     ));
                 }
-            }
-            Message::User { .. } => {
-                if let Some(open) = batch.take() {
-                    open.unanswered()?;
+                if leading < checked.len() {
+                    self.leading = Some(leading);
                 }
+                leading
             }
-            Message::Assistant { tool_calls, .. } => {
-                for call in tool_calls {
-                    if !seen_ids.insert(call.id.as_str()) {
+        };
+        let fresh = checked.get(self.seen..).unwrap_or_default();
+        self.seen_ids.reserve(fresh.len());
+        for (offset, entry) in fresh.iter().enumerate() {
+            let position = self.seen + offset;
+            let n = position + 1;
+            let record = &*entry.message;
+            let role = role_of(record);
+            if entry.sets_tool_calls && role != Role::Assistant {
+                return Err(format!(
+                    "messages[{n}] sets tool_calls but is not an assistant message"
+                ));
+            }
+            if entry.sets_tool_call_id && role != Role::Tool {
+                return Err(format!(
+                    "messages[{n}] sets a tool_call_id but is not a tool message"
+                ));
+            }
+            match record {
+                Message::System { .. } => {
+                    if position >= leading {
                         return Err(format!(
-                            "messages[{n}] tool call id \"{}\" duplicates an earlier tool call",
-                            call.id
+                            "messages[{n}] is a system message outside the leading system block"
                         ));
                     }
                 }
-                if let Some(open) = batch.take() {
-                    open.unanswered()?;
+                Message::User { .. } => {
+                    if let Some(open) = self.batch.take() {
+                        open.unanswered()?;
+                    }
                 }
-                if !tool_calls.is_empty() {
-                    batch = Some(Batch {
-                        index: n,
-                        calls: tool_calls
-                            .iter()
-                            .map(|call| (call.id.as_str(), false))
-                            .collect(),
-                    });
+                Message::Assistant { tool_calls, .. } => {
+                    for call in tool_calls {
+                        if !self.seen_ids.insert(call.id.clone()) {
+                            return Err(format!(
+                                "messages[{n}] tool call id \"{}\" duplicates an earlier tool call",
+                                call.id
+                            ));
+                        }
+                    }
+                    if let Some(open) = self.batch.take() {
+                        open.unanswered()?;
+                    }
+                    if !tool_calls.is_empty() {
+                        self.batch = Some(Batch {
+                            index: n,
+                            calls: tool_calls
+                                .iter()
+                                .map(|call| (call.id.clone(), false))
+                                .collect(),
+                        });
+                    }
                 }
-            }
-            Message::Tool { tool_call_id, .. } => {
-                let id = tool_call_id.as_str();
-                let answered = batch.as_mut().is_some_and(|open| open.answer(id));
-                if !answered {
-                    return Err(format!(
-                        "messages[{n}] is an orphan tool record: no pending assistant tool call \
-                         with id \"{id}\""
-                    ));
-                }
-                if batch.as_ref().is_some_and(Batch::is_complete) {
-                    batch = None;
+                Message::Tool { tool_call_id, .. } => {
+                    let id = tool_call_id.as_str();
+                    let answered = self.batch.as_mut().is_some_and(|open| open.answer(id));
+                    if !answered {
+                        return Err(format!(
+                            "messages[{n}] is an orphan tool record: no pending assistant tool \
+                             call with id \"{id}\""
+                        ));
+                    }
+                    if self.batch.as_ref().is_some_and(Batch::is_complete) {
+                        self.batch = None;
+                    }
                 }
             }
         }
+        self.seen = checked.len();
+        Ok(())
     }
-    match batch {
-        Some(open) => open.unanswered(),
-        None => Ok(()),
+
+    /// The rule at the end of the list: no batch of calls left unanswered.
+    pub fn finish(&self) -> Result<(), String> {
+        match &self.batch {
+            Some(open) => open.unanswered(),
+            None => Ok(()),
+        }
     }
 }
 
@@ -522,19 +585,45 @@ const BLANK_LINE: &str = "\n\n";
 /// The input is never changed; the result is a new list.
 ///
 /// Records that stay apart are shared, not copied (`M` is [`Message`] or `Arc<Message>`).
+#[cfg(test)]
 pub fn compose<M>(records: &[M]) -> Vec<M>
 where
     M: Borrow<Message> + Clone + From<Message>,
 {
-    let leading = leading_system_count(records);
     let mut composed: Vec<M> = Vec::with_capacity(records.len());
+    compose_onto(
+        &mut composed,
+        None,
+        records,
+        0,
+        leading_system_count(records),
+    );
+    composed
+}
+
+/// [`compose`] going on: composes `records`, the list's records from position `offset` on,
+/// onto `composed` (the composition of the records before `offset`, which must end where a
+/// record starts a new entry), `leading` being the list's leading system count. `starts`,
+/// when given, gets the position of each new entry's first record.
+pub fn compose_onto<M>(
+    composed: &mut Vec<M>,
+    mut starts: Option<&mut Vec<usize>>,
+    records: &[M],
+    offset: usize,
+    leading: usize,
+) where
+    M: Borrow<Message> + Clone + From<Message>,
+{
+    let first = composed.len();
     // A record merged into is built apart and put back once its run ends.
     let mut open: Option<Message> = None;
-    for (position, record) in records.iter().enumerate() {
+    for (index, record) in records.iter().enumerate() {
+        let position = offset + index;
         let next = record.borrow();
         let previous: Option<&Message> = match &open {
             Some(merged) => Some(merged),
-            None => composed.last().map(|last| last.borrow()),
+            None if composed.len() > first => composed.last().map(|last| last.borrow()),
+            None => None,
         };
         if let Some(previous) = previous
             && let Some(separator) = merge_separator(previous, next, position < leading)
@@ -554,11 +643,13 @@ where
             composed.push(M::from(merged));
         }
         composed.push(record.clone());
+        if let Some(starts) = starts.as_deref_mut() {
+            starts.push(position);
+        }
     }
     if let Some(merged) = open.take() {
         composed.push(M::from(merged));
     }
-    composed
 }
 
 /// The separator when `next` merges into `previous`, or `None` when they stay apart.
@@ -854,6 +945,103 @@ mod tests {
 
     fn err(list: Value) -> String {
         check_list(&list).unwrap_err()
+    }
+
+    #[test]
+    fn going_on_from_any_point_reports_and_composes_as_the_whole_walk() {
+        let sys = |t: &str| json!({"role": "system", "content": t});
+        let asst = |t: &str| json!({"role": "assistant", "content": t});
+        let calls = |ids: &[&str]| {
+            json!({"role": "assistant", "content": "", "tool_calls": ids.iter()
+                .map(|id| json!({"id": id, "name": "w", "arguments": {}})).collect::<Vec<_>>()})
+        };
+        let tool = |id: &str| json!({"role": "tool", "content": "r", "tool_call_id": id});
+        let lists: Vec<Vec<Value>> = vec![
+            vec![
+                sys("a"),
+                sys("b"),
+                user("q"),
+                user("q2"),
+                asst("x"),
+                asst("y"),
+            ],
+            vec![
+                user("q"),
+                calls(&["c1", "c2"]),
+                tool("c1"),
+                tool("c2"),
+                user("u"),
+                user("v"),
+            ],
+            vec![
+                sys("s"),
+                user("q"),
+                asst("t"),
+                calls(&["c1"]),
+                tool("c1"),
+                asst("done"),
+            ],
+            vec![sys("s"), sys("t")],
+            vec![user("q"), calls(&["c1"]), user("too soon")],
+            vec![
+                user("q"),
+                calls(&["c1"]),
+                tool("c1"),
+                calls(&["c1"]),
+                tool("c1"),
+            ],
+            vec![user("q"), tool("c9")],
+            vec![user("q"), sys("late")],
+            vec![
+                sys("s"),
+                user("q"),
+                calls(&["c1", "c2"]),
+                tool("c2"),
+                tool("c1"),
+            ],
+            vec![user("q"), calls(&["c1"])],
+        ];
+        for list in lists {
+            let checked: Vec<Checked> = list
+                .iter()
+                .enumerate()
+                .map(|(i, v)| check_record(i + 1, v).unwrap())
+                .collect();
+            let whole = check_across(&checked);
+            let messages: Vec<Arc<Message>> = checked.iter().map(|c| c.message.clone()).collect();
+            for split in 0..=checked.len() {
+                let mut across = Across::default();
+                let resumed = across
+                    .go_on(&checked[..split])
+                    .and_then(|()| across.go_on(&checked))
+                    .and_then(|()| across.finish());
+                // A prefix that already breaks a rule is never gone on from.
+                if Across::default().go_on(&checked[..split]).is_ok() {
+                    assert_eq!(resumed, whole, "{list:?} split at {split}");
+                }
+                if whole.is_err() {
+                    continue;
+                }
+                // Composing on from the entry that holds record `split - 1`.
+                let leading = leading_system_count(&messages);
+                let mut starts = Vec::new();
+                let mut composed = Vec::new();
+                compose_onto(&mut composed, Some(&mut starts), &messages, 0, leading);
+                assert_eq!(composed, compose(&messages));
+                let entry = starts.partition_point(|&s| s < split).saturating_sub(1);
+                let first = starts.get(entry).copied().unwrap_or(0);
+                let mut again: Vec<Arc<Message>> = composed[..entry].to_vec();
+                starts.truncate(entry);
+                compose_onto(
+                    &mut again,
+                    Some(&mut starts),
+                    &messages[first..],
+                    first,
+                    leading,
+                );
+                assert_eq!(again, composed, "{list:?} composed on from {split}");
+            }
+        }
     }
 
     fn ok(list: Value) -> Vec<Message> {

@@ -22,7 +22,7 @@ use serde_json::Value as Json;
 
 use promptforge_protocol::conversation::{Message, ToolSpec};
 
-use crate::conversation::{self, Checked, UsageMemory};
+use crate::conversation::{self, Across, Checked, UsageMemory};
 use crate::json;
 use crate::loop_walk::Snapshot;
 
@@ -36,8 +36,14 @@ const NOT_JSON: &str = "messages must be a JSON-representable table";
 #[derive(Debug, Default)]
 pub(crate) struct LoopList {
     cached: Vec<Checked>,
+    /// The rules across records, gone through `cached` (see [`Across`]).
+    across: Across,
     /// What the last check composed: the records the next round sends.
     composed: Arc<[Arc<Message>]>,
+    /// The position in `cached` of each composed record's first record.
+    starts: Vec<usize>,
+    /// The leading system count the composition was made with (`None`: compose afresh).
+    composed_leading: Option<usize>,
     /// Each composed record's bytes for the precheck's estimate, kept while it is unchanged.
     bytes: Vec<u64>,
     /// The records in `cached` as they were when checked, for the next round's walk.
@@ -154,45 +160,82 @@ impl LoopList {
             _ => self.check_whole(list),
         };
         match checked {
-            Ok(records) => {
+            Ok(kept) => {
                 match unchanged {
                     // `cached` now holds the first `p` records as before and the rest anew.
-                    Some(p) if self.cached.len() == records.len() && p <= self.snapshot.len() => {
-                        self.snapshot.remember(lua, list, p)?
-                    }
+                    Some(p) if p <= self.snapshot.len() => self.snapshot.remember(lua, list, p)?,
                     _ => self.snapshot.clear(),
                 }
-                let composed = conversation::compose(&records);
-                let bytes = composed
-                    .iter()
-                    .enumerate()
-                    .map(
-                        |(i, record)| match (self.composed.get(i), self.bytes.get(i)) {
-                            (Some(before), Some(&counted)) if Arc::ptr_eq(before, record) => {
-                                counted
-                            }
-                            _ => conversation::estimate_bytes(record),
-                        },
-                    )
-                    .collect();
-                self.composed = composed.into();
-                self.bytes = bytes;
+                self.compose(kept);
                 Ok(Ok(()))
             }
             Err(message) => {
                 self.cached.clear();
+                self.across = Across::default();
                 self.snapshot.clear();
                 Ok(Err(message))
             }
         }
     }
 
-    /// The full conversion: the whole list read as JSON and checked.
-    fn check_whole(&mut self, list: &Value) -> Result<Vec<Arc<Message>>, String> {
+    /// Composes `cached`, whose first `kept` records are the ones the last composition was
+    /// made from. Its records before the entry holding record `kept` stand (an entry's run
+    /// only ever depends on the records before it and the leading system count); the rest
+    /// is composed again, and records that come out the same keep their counted bytes.
+    fn compose(&mut self, kept: usize) {
+        let leading = self.across.leading();
+        let from = match leading {
+            Some(_) if leading == self.composed_leading && kept > 0 => {
+                self.starts.partition_point(|&s| s < kept).checked_sub(1)
+            }
+            _ => None,
+        };
+        let (entry, first) = match from.and_then(|k| Some((k, *self.starts.get(k)?))) {
+            Some(found) => found,
+            None => (0, 0),
+        };
+        let leading = leading.unwrap_or_else(|| self.cached.len());
+        let mut composed: Vec<Arc<Message>> = Vec::with_capacity(self.cached.len());
+        composed.extend_from_slice(self.composed.get(..entry).unwrap_or_default());
+        self.starts.truncate(entry);
+        let records: Vec<Arc<Message>> = self
+            .cached
+            .get(first..)
+            .unwrap_or_default()
+            .iter()
+            .map(|c| c.message.clone())
+            .collect();
+        conversation::compose_onto(
+            &mut composed,
+            Some(&mut self.starts),
+            &records,
+            first,
+            leading,
+        );
+        self.bytes.truncate(composed.len());
+        for (i, record) in composed.iter().enumerate().skip(entry) {
+            let counted = match (self.composed.get(i), self.bytes.get(i)) {
+                (Some(before), Some(&counted)) if Arc::ptr_eq(before, record) => counted,
+                _ => conversation::estimate_bytes(record),
+            };
+            match self.bytes.get_mut(i) {
+                Some(slot) => *slot = counted,
+                None => self.bytes.push(counted),
+            }
+        }
+        self.composed = composed.into();
+        self.composed_leading = self.across.leading();
+    }
+
+    /// The full conversion: the whole list read as JSON and checked. No record is kept.
+    fn check_whole(&mut self, list: &Value) -> Result<usize, String> {
         self.cached.clear();
+        self.across = Across::default();
         let data = json::to_json(list, "messages").map_err(|_| NOT_JSON.to_owned())?;
-        self.cached = conversation::check_list_records(&data)?;
-        Ok(self.cached.iter().map(|c| c.message.clone()).collect())
+        let (cached, across) = conversation::check_list_walk(&data)?;
+        self.cached = cached;
+        self.across = across;
+        Ok(0)
     }
 
     /// A plain sequence whose first `unchanged` records were checked before.
@@ -200,7 +243,7 @@ impl LoopList {
         &mut self,
         table: &Table,
         unchanged: usize,
-    ) -> mlua::Result<Result<Vec<Arc<Message>>, String>> {
+    ) -> mlua::Result<Result<usize, String>> {
         let len = table.raw_len();
         if len == 0 || unchanged > self.cached.len() || unchanged > len {
             // Not a list the shim's walk can have vouched for: start over.
@@ -223,10 +266,19 @@ impl LoopList {
                 Err(message) => return Ok(Err(message)),
             }
         }
-        if let Err(message) = conversation::check_across(&self.cached) {
+        // The rules across records go on from where they stopped when every record they went
+        // through is still there as it was; otherwise they go through the list again.
+        if self.across.seen() != unchanged {
+            self.across = Across::default();
+        }
+        if let Err(message) = self
+            .across
+            .go_on(&self.cached)
+            .and_then(|()| self.across.finish())
+        {
             return Ok(Err(message));
         }
-        Ok(Ok(self.cached.iter().map(|c| c.message.clone()).collect()))
+        Ok(Ok(unchanged))
     }
 }
 
