@@ -190,11 +190,10 @@ impl LoopList {
             }
             _ => None,
         };
-        let (entry, first) = match from.and_then(|k| Some((k, *self.starts.get(k)?))) {
-            Some(found) => found,
-            None => (0, 0),
-        };
-        let leading = leading.unwrap_or_else(|| self.cached.len());
+        let (entry, first) = from
+            .and_then(|k| Some((k, *self.starts.get(k)?)))
+            .unwrap_or_default();
+        let leading = leading.unwrap_or(self.cached.len());
         let mut composed: Vec<Arc<Message>> = Vec::with_capacity(self.cached.len());
         composed.extend_from_slice(self.composed.get(..entry).unwrap_or_default());
         self.starts.truncate(entry);
