@@ -135,14 +135,10 @@ impl AnthropicProvider {
         if let Some(key) = &self.api_key {
             headers.insert(HeaderName::from_static("x-api-key"), key_header(key)?);
         }
+        let body = serde_json::to_vec(&self.request_body(request))
+            .map_err(|e| ModelError::malformed(format!("could not encode the request: {e}")))?;
         self.endpoint
-            .round(
-                headers,
-                &self.request_body(request),
-                whole_reply,
-                observer,
-                read_stream,
-            )
+            .round(headers, body.into(), whole_reply, observer, read_stream)
             .await
     }
 }

@@ -108,7 +108,7 @@ impl Endpoint {
     pub(crate) async fn round<'a, F>(
         &self,
         headers: HeaderMap,
-        body: &impl serde::Serialize,
+        body: bytes::Bytes,
         whole: WholeReply,
         observer: &'a dyn ReplyObserver,
         read: impl FnOnce(EventStream, &'a dyn ReplyObserver) -> F,
@@ -127,7 +127,7 @@ impl Endpoint {
 }
 
 impl Endpoint {
-    /// POST `body` (encoded as JSON here) to the endpoint and return the reply as a stream of
+    /// POST `body` (JSON, encoded by the provider) to the endpoint and return the reply as a stream of
     /// SSE events.
     ///
     /// Waits at most `limits.receive_timeout` for the headers. A non-success status is read
@@ -138,7 +138,7 @@ impl Endpoint {
     async fn post(
         &self,
         headers: HeaderMap,
-        body: &impl serde::Serialize,
+        body: bytes::Bytes,
         whole: WholeReply,
         observer: &dyn ReplyObserver,
     ) -> Result<EventStream, ModelError> {
@@ -148,11 +148,7 @@ impl Endpoint {
             self.limits,
             self.hint.as_str(),
         );
-        // Encoded once; a retry resends the same bytes without copying them.
-        let body =
-            bytes::Bytes::from(serde_json::to_vec(body).map_err(|e| {
-                ModelError::malformed(format!("could not encode the request: {e}"))
-            })?);
+        // A retry resends the same bytes without copying them.
         let mut attempt = 0;
         let response = loop {
             let request = match &self.parsed {

@@ -20,14 +20,12 @@
 //! `usage`. A stream that ends with neither `[DONE]` nor a finish reason is truncated.
 
 use std::fmt;
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::{Arc, Mutex};
 
 use futures_util::StreamExt;
 use reqwest::header::{AUTHORIZATION, HeaderMap};
-use rustc_hash::FxHashMap;
 use serde::ser::{SerializeMap, Serializer};
 use serde::{Deserialize, Serialize};
-use serde_json::value::RawValue;
 use serde_json::{Map, Value, json};
 
 use super::error::{ModelError, classify_stream_error};
@@ -35,7 +33,8 @@ use super::http::{Endpoint, EventStream, finish_stream, key_header};
 use super::provider::{ModelFuture, ModelLimits, ModelProvider, ReplyObserver};
 use super::sse::Event;
 use super::types::{
-    ChatRequest, FinishReason, Message, ReasoningBlock, Reply, ThinkingSwitch, ToolCall, Usage,
+    ChatRequest, FinishReason, Message, ReasoningBlock, Reply, ThinkingSwitch, ToolCall, ToolSpec,
+    Usage,
 };
 
 /// Which request field carries the token cap.
@@ -157,19 +156,13 @@ impl OpenAiProvider {
         if let Some(key) = &self.api_key {
             headers.insert(AUTHORIZATION, key_header(&format!("Bearer {key}"))?);
         }
-        let wire = self
+        let body = self
             .wire
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .wire(&request.messages)?;
+            .body(request, &self.options)?;
         self.endpoint
-            .round(
-                headers,
-                &body(request, &self.options, wire),
-                whole_reply,
-                observer,
-                read_stream,
-            )
+            .round(headers, body, whole_reply, observer, read_stream)
             .await
     }
 }
@@ -271,101 +264,130 @@ impl Serialize for WireFunction<'_> {
     }
 }
 
-/// Each record's wire form, kept while the record lives. A conversation's records reach the
-/// provider round after round as the same shared records (`Arc`), so each is written once
-/// and later rounds copy its bytes. An entry is keyed by the record's address and holds a
-/// weak handle to it, so a new record at a freed address is never taken for the old one.
+/// What the last round sent, kept to write the next round's body: a conversation reaches the
+/// provider round after round as the same shared records (`Arc`) with new ones at the end, so
+/// the records it shares with the last round (compared by address, while the last round's
+/// list keeps them alive) are copied as the bytes already written, and only the rest is
+/// written. The tools are written once while a round offers the same shared list.
 #[derive(Debug, Default)]
 struct WireCache {
-    entries: FxHashMap<usize, (Weak<Message>, Arc<RawValue>)>,
+    /// The records last sent, their wire forms one after another (comma separated), and where
+    /// each record's form ends in `text`.
+    sent: Option<Arc<[Arc<Message>]>>,
+    text: Vec<u8>,
+    ends: Vec<usize>,
+    /// The tools last offered and their wire form.
+    tools: Option<(Arc<[ToolSpec]>, Vec<u8>)>,
+}
+
+/// The error for a body that cannot be encoded.
+fn unencodable(e: serde_json::Error) -> ModelError {
+    ModelError::malformed(format!("could not encode the request: {e}"))
 }
 
 impl WireCache {
-    /// The wire form of every record, in order, written for the ones not seen before; entries
-    /// of records no longer alive are dropped.
-    fn wire(&mut self, messages: &[Arc<Message>]) -> Result<Vec<Arc<RawValue>>, ModelError> {
-        let mut wire = Vec::with_capacity(messages.len());
-        for message in messages {
-            let key = Arc::as_ptr(message) as usize;
-            let known = self.entries.get(&key).and_then(|(weak, raw)| {
-                weak.upgrade()
-                    .filter(|alive| Arc::ptr_eq(alive, message))
-                    .map(|_| raw.clone())
-            });
-            let raw = match known {
-                Some(raw) => raw,
-                None => {
-                    let text = serde_json::to_string(&WireMessage(message)).map_err(|e| {
-                        ModelError::malformed(format!("could not encode the request: {e}"))
-                    })?;
-                    let raw: Arc<RawValue> = RawValue::from_string(text)
-                        .map_err(|e| {
-                            ModelError::malformed(format!("could not encode the request: {e}"))
-                        })?
-                        .into();
-                    self.entries
-                        .insert(key, (Arc::downgrade(message), raw.clone()));
-                    raw
-                }
-            };
-            wire.push(raw);
+    /// The wire forms of `messages`, comma separated: the records shared with the last round
+    /// as written then, the rest written now.
+    fn messages(&mut self, messages: &Arc<[Arc<Message>]>) -> Result<&[u8], ModelError> {
+        let shared = match &self.sent {
+            Some(sent) => sent
+                .iter()
+                .zip(messages.iter())
+                .take_while(|(a, b)| Arc::ptr_eq(a, b))
+                .count(),
+            None => 0,
+        };
+        let shared = shared.min(self.ends.len());
+        self.ends.truncate(shared);
+        self.text
+            .truncate(self.ends.last().copied().unwrap_or_default());
+        for message in messages.get(shared..).unwrap_or_default() {
+            if !self.text.is_empty() {
+                self.text.push(b',');
+            }
+            if let Err(e) = serde_json::to_writer(&mut self.text, &WireMessage(message)) {
+                self.sent = None;
+                self.ends.clear();
+                self.text.clear();
+                return Err(unencodable(e));
+            }
+            self.ends.push(self.text.len());
         }
-        self.entries.retain(|_, (weak, _)| weak.strong_count() > 0);
-        Ok(wire)
+        self.sent = Some(Arc::clone(messages));
+        Ok(&self.text)
     }
-}
 
-/// A round's chat-completions body: the request's settings as a small JSON object, and the
-/// records' wire forms, copied as they are.
-struct Body {
-    head: Map<String, Value>,
-    messages: Vec<Arc<RawValue>>,
-}
-
-impl Serialize for Body {
-    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        let mut map = serializer.serialize_map(Some(self.head.len() + 1))?;
-        for (key, value) in &self.head {
-            map.serialize_entry(key, value)?;
+    /// The wire form of `tools` (an array of function tools).
+    fn tools(&mut self, tools: &Arc<[ToolSpec]>) -> Result<&[u8], ModelError> {
+        let fresh = match &self.tools {
+            Some((held, _)) => !Arc::ptr_eq(held, tools),
+            None => true,
+        };
+        if fresh {
+            let items: Vec<Value> = tools
+                .iter()
+                .map(|tool| {
+                    json!({
+                        "type": "function",
+                        "function": {
+                            "name": tool.name,
+                            "description": tool.description,
+                            "parameters": tool.parameters,
+                        },
+                    })
+                })
+                .collect();
+            let text = serde_json::to_vec(&items).map_err(unencodable)?;
+            self.tools = Some((Arc::clone(tools), text));
         }
-        map.serialize_entry("messages", &self.messages)?;
-        map.end()
+        Ok(self
+            .tools
+            .as_ref()
+            .map_or(&[][..], |(_, text)| text.as_slice()))
+    }
+
+    /// A round's chat-completions body: the request's settings as a small JSON object (keys
+    /// in order), then `tools` (which orders after every other setting), then `messages`.
+    fn body(
+        &mut self,
+        request: &ChatRequest,
+        options: &OpenAiOptions,
+    ) -> Result<bytes::Bytes, ModelError> {
+        let head = serde_json::to_vec(&head(request, options)).map_err(unencodable)?;
+        let tools = if request.tools.is_empty() {
+            Vec::new()
+        } else {
+            self.tools(&request.tools)?.to_vec()
+        };
+        let messages = self.messages(&request.messages)?;
+        let mut body = Vec::with_capacity(head.len() + tools.len() + messages.len() + 32);
+        // `head` is `{...}` with at least the model in it: its closing brace goes last.
+        body.extend_from_slice(head.strip_suffix(b"}").unwrap_or(&head));
+        if !tools.is_empty() {
+            body.extend_from_slice(b",\"tools\":");
+            body.extend_from_slice(&tools);
+        }
+        body.extend_from_slice(b",\"messages\":[");
+        body.extend_from_slice(messages);
+        body.extend_from_slice(b"]}");
+        Ok(body.into())
     }
 }
 
 /// The chat-completions body for `request`, as JSON (for inspection and tests; a round sends
-/// [`body`]'s serialization).
+/// the same bytes).
 fn request_body(request: &ChatRequest, options: &OpenAiOptions) -> Value {
     WireCache::default()
-        .wire(&request.messages)
-        .and_then(|wire| {
-            serde_json::to_value(body(request, options, wire))
-                .map_err(|e| ModelError::malformed(e.to_string()))
-        })
+        .body(request, options)
+        .ok()
+        .and_then(|bytes| serde_json::from_slice(&bytes).ok())
         .unwrap_or(Value::Null)
 }
 
-/// The chat-completions body for `request`.
-fn body(request: &ChatRequest, options: &OpenAiOptions, messages: Vec<Arc<RawValue>>) -> Body {
+/// The request's settings: every field of the body but `tools` and `messages`.
+fn head(request: &ChatRequest, options: &OpenAiOptions) -> Map<String, Value> {
     let mut body = Map::new();
     body.insert("model".into(), request.model.clone().into());
-    if !request.tools.is_empty() {
-        let tools = request
-            .tools
-            .iter()
-            .map(|tool| {
-                json!({
-                    "type": "function",
-                    "function": {
-                        "name": tool.name,
-                        "description": tool.description,
-                        "parameters": tool.parameters,
-                    },
-                })
-            })
-            .collect();
-        body.insert("tools".into(), Value::Array(tools));
-    }
     if let Some(temperature) = request.temperature {
         body.insert("temperature".into(), json!(temperature));
     }
@@ -397,10 +419,7 @@ fn body(request: &ChatRequest, options: &OpenAiOptions, messages: Vec<Arc<RawVal
     if options.include_usage {
         body.insert("stream_options".into(), json!({"include_usage": true}));
     }
-    Body {
-        head: body,
-        messages,
-    }
+    body
 }
 
 #[derive(Debug, Deserialize)]
@@ -734,24 +753,53 @@ mod tests {
         }
     }
 
-    /// A record sent again is written once; its wire form is what a fresh encoding gives; a
-    /// record no longer alive leaves the cache.
+    /// The records a round shares with the last one are copied as written then (a record
+    /// changed in place would not be, but a shared record never changes); the rest is written
+    /// now; the body is what a fresh encoding of the whole request gives.
     #[test]
-    fn the_wire_cache_writes_a_record_once_and_forgets_dead_ones() {
-        let kept = Arc::new(Message::user("kept"));
-        let gone = Arc::new(Message::tool("c1", "result"));
+    fn a_round_writes_only_the_records_the_last_round_did_not_send() {
+        let first = Arc::new(Message::user("first"));
+        let reply = Arc::new(Message::tool("c1", "result"));
         let mut cache = WireCache::default();
-        let first = cache.wire(&[kept.clone(), gone.clone()]).unwrap();
-        let again = cache.wire(std::slice::from_ref(&kept)).unwrap();
-        assert!(Arc::ptr_eq(&first[0], &again[0]), "written again");
+        let one: Arc<[Arc<Message>]> = Arc::from([first.clone()]);
         assert_eq!(
-            first[1].get(),
-            serde_json::to_string(&WireMessage(&gone)).unwrap()
+            cache.messages(&one).unwrap(),
+            serde_json::to_vec(&WireMessage(&first)).unwrap()
         );
-        drop(first);
-        drop(gone);
-        cache.wire(&[kept]).unwrap();
-        assert_eq!(cache.entries.len(), 1);
+        let two: Arc<[Arc<Message>]> = Arc::from([first.clone(), reply.clone()]);
+        let text = cache.messages(&two).unwrap().to_vec();
+        assert_eq!(cache.ends.len(), 2);
+        let expected = format!(
+            "{},{}",
+            serde_json::to_string(&WireMessage(&first)).unwrap(),
+            serde_json::to_string(&WireMessage(&reply)).unwrap()
+        );
+        assert_eq!(String::from_utf8(text).unwrap(), expected);
+        // Another record in the first place: everything is written again.
+        let other = Arc::new(Message::user("first"));
+        let three: Arc<[Arc<Message>]> = Arc::from([other, reply.clone()]);
+        assert_eq!(
+            String::from_utf8(cache.messages(&three).unwrap().to_vec()).unwrap(),
+            expected
+        );
+        // A shorter list drops the records it no longer holds.
+        let none: Arc<[Arc<Message>]> = Arc::from([]);
+        assert_eq!(cache.messages(&none).unwrap(), b"");
+        // The whole body is the request's fresh encoding.
+        let mut request = ChatRequest::new("m", [Message::user("q")]);
+        request.tools = [ToolSpec {
+            name: "look".into(),
+            description: "Look".into(),
+            parameters: json!({"type": "object"}),
+        }]
+        .into();
+        let options = options(OpenAiThinking::Unsupported, MaxTokensField::MaxTokens);
+        let again = cache.body(&request, &options).unwrap();
+        let fresh = WireCache::default().body(&request, &options).unwrap();
+        assert_eq!(again, fresh);
+        let parsed: Value = serde_json::from_slice(&fresh).unwrap();
+        assert_eq!(parsed["tools"][0]["function"]["name"], "look");
+        assert_eq!(parsed["messages"][0]["content"], "q");
     }
 
     #[test]
