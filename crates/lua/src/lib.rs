@@ -7,6 +7,7 @@
 
 pub(crate) mod conversation;
 pub mod json;
+mod json_raw;
 mod loop_list;
 mod loop_raw;
 mod loop_walk;

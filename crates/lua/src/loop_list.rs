@@ -23,7 +23,7 @@ use serde_json::Value as Json;
 use promptforge_protocol::conversation::{Message, ToolSpec};
 
 use crate::conversation::{self, Across, Checked, UsageMemory};
-use crate::json;
+use crate::json_raw;
 use crate::loop_walk::Snapshot;
 
 /// The message for a list holding a value JSON cannot carry.
@@ -156,8 +156,8 @@ impl LoopList {
         unchanged: Option<usize>,
     ) -> mlua::Result<Result<(), String>> {
         let checked = match (list, unchanged) {
-            (Value::Table(table), Some(unchanged)) => self.check_sequence(table, unchanged)?,
-            _ => self.check_whole(list),
+            (Value::Table(table), Some(unchanged)) => self.check_sequence(lua, table, unchanged)?,
+            _ => self.check_whole(lua, list),
         };
         match checked {
             Ok(kept) => {
@@ -227,10 +227,10 @@ impl LoopList {
     }
 
     /// The full conversion: the whole list read as JSON and checked. No record is kept.
-    fn check_whole(&mut self, list: &Value) -> Result<usize, String> {
+    fn check_whole(&mut self, lua: &Lua, list: &Value) -> Result<usize, String> {
         self.cached.clear();
         self.across = Across::default();
-        let data = json::to_json(list, "messages").map_err(|_| NOT_JSON.to_owned())?;
+        let data = json_raw::to_json(lua, list, "messages").map_err(|_| NOT_JSON.to_owned())?;
         let (cached, across) = conversation::check_list_walk(&data)?;
         self.cached = cached;
         self.across = across;
@@ -240,13 +240,14 @@ impl LoopList {
     /// A plain sequence whose first `unchanged` records were checked before.
     fn check_sequence(
         &mut self,
+        lua: &Lua,
         table: &Table,
         unchanged: usize,
     ) -> mlua::Result<Result<usize, String>> {
         let len = table.raw_len();
         if len == 0 || unchanged > self.cached.len() || unchanged > len {
             // Not a list the shim's walk can have vouched for: start over.
-            return Ok(self.check_whole(&Value::Table(table.clone())));
+            return Ok(self.check_whole(lua, &Value::Table(table.clone())));
         }
         self.cached.truncate(unchanged);
         // First every new record is read (a value JSON cannot carry anywhere fails before any
@@ -254,7 +255,7 @@ impl LoopList {
         let mut fresh: Vec<Json> = Vec::with_capacity(len - unchanged);
         for index in unchanged + 1..=len {
             let record: Value = table.raw_get(index)?;
-            match json::to_json_within(&record, "messages", table.to_pointer()) {
+            match json_raw::to_json_within(lua, &record, "messages", table.to_pointer()) {
                 Ok(data) => fresh.push(data),
                 Err(_) => return Ok(Err(NOT_JSON.to_owned())),
             }

@@ -101,7 +101,7 @@ fn json_copy(call: Call<'_>) -> mlua::Result<MultiValue> {
         Value::String(p) => p.to_string_lossy(),
         _ => "var".to_owned(),
     };
-    match json::to_json(&a, &path) {
+    match crate::json_raw::to_json(lua, &a, &path) {
         Ok(data) => (json::from_json(lua, &data)?, Value::Nil).into_lua_multi(lua),
         Err(not_json) => (Value::Nil, not_json.message()).into_lua_multi(lua),
     }
