@@ -677,12 +677,16 @@ impl Host {
             }
             // Use the wait: let the requests just started go out, then prepare the next
             // queued tasks (their section entries run now, their first requests held until a
-            // slot frees) while nothing has arrived, one task at a time.
-            if let HostRuntime::Own(runtime) = &self.runtime {
-                runtime.block_on(tokio::task::yield_now());
-            }
-            while self.rx.is_empty() && !self.cancel.load(Ordering::Relaxed) && run.prepare_ahead()
-            {
+            // slot frees) while nothing has arrived, one task at a time. With nothing queued
+            // the wait below sends them (a pass of the runtime less per round).
+            if run.may_prepare_ahead() {
+                if let HostRuntime::Own(runtime) = &self.runtime {
+                    runtime.block_on(tokio::task::yield_now());
+                }
+                while self.rx.is_empty()
+                    && !self.cancel.load(Ordering::Relaxed)
+                    && run.prepare_ahead()
+                {}
             }
             // A journal's lines reach the system before the wait (a kill while waiting leaves
             // whole lines), without waiting for the disk.

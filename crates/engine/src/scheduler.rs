@@ -545,6 +545,11 @@ impl Admission {
         }
     }
 
+    /// Whether any owner has a queued strand.
+    pub(crate) fn has_queued(&self) -> bool {
+        !self.heads.is_empty()
+    }
+
     /// Take a queued strand out of its owner's queue (it was cancelled before it ran).
     pub(crate) fn dequeue(&mut self, owner: ChainKey, seq: u64) {
         let Some(node) = self.nodes.get_mut(&owner) else {

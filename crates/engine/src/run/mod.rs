@@ -574,17 +574,24 @@ impl Run {
         true
     }
 
+    /// Whether [`Run::prepare_ahead`] could find work: run-ahead is on, the run is going, a
+    /// slot to hold a prepared strand is free, and some task is queued. A Host skips its
+    /// preparing (and what it does to make room for it) when this is false.
+    pub fn may_prepare_ahead(&self) -> bool {
+        self.ctx.run_ahead
+            && self.outcome.is_none()
+            && self.started
+            && self.held_strands < self.ctx.concurrency
+            && self.admission.has_queued()
+    }
+
     /// Use the time the Host spends waiting: start the next queued task (in the order
     /// admission would take it) before any slot is free, its work held until one is, so that
     /// when a slot frees its first request goes out at once instead of after its section
     /// entry. At most the concurrency limit's worth are prepared. Returns whether it did
     /// anything; a Host calls it while nothing has arrived, one task at a time.
     pub fn prepare_ahead(&mut self) -> bool {
-        if !self.ctx.run_ahead
-            || self.outcome.is_some()
-            || !self.started
-            || self.held_strands >= self.ctx.concurrency
-        {
+        if !self.may_prepare_ahead() {
             return false;
         }
         let strands = &self.strands;

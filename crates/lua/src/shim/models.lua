@@ -121,9 +121,10 @@ local function anchor(t, into, n)
 end
 
 -- Checks and composes the list (loop_list.rs); the records it checked anew are anchored.
+-- The host's walk tells how many leading records were already checked (`p`, nil when the
+-- whole list was checked afresh).
 local function compose(state, list, target)
-  local p = host('loop_scan', state.ud, list)
-  local ok, fits = host('loop_compose', state.ud, list, target, p)
+  local ok, fits, p = host('loop_compose', state.ud, list, target)
   if ok ~= nil then
     local anchors = state.anchors
     if p == nil then
@@ -206,10 +207,10 @@ models.loop = function(...)
     local reply = suspend('model.loop', { model = target, tools = specs, messages = state.ud })
     if reply.overflow then overflow(compactor, 'provider') end
     rounds = rounds + 1
-    host('loop_record', state.ud, target)
+    -- The round's usage is filed; the first problem with its tool calls comes back, if any.
+    local malformed = host('loop_reply', state.ud, target)
     local calls = reply.tool_calls or {}
     if #calls > 0 then
-      local malformed = host('loop_check_calls')
       if malformed then typed_error('internal', malformed, nil, 'Completion') end
       -- All or nothing: every name must be on offer before any tool runs.
       local on_offer = {}

@@ -224,12 +224,9 @@ local function run_handler(l, args)
   local results = table_pack(pcall(l.handler, fresh))
   handler_depth = handler_depth - 1
   P.handler_depth = handler_depth
-  local text, message
-  if results[1] then text, message = host('scalar_text', results[2]) end
-  -- The event stream reports the call (a cancel or jump in flight reports nothing).
-  if not P.control_pending() then
-    host('tool_report', l.alias, 'local', results[1] and message == nil)
-  end
+  -- The result's text by the scalar rule, and the call reported to the event stream (a
+  -- cancel or jump in flight reports nothing).
+  local text, message = host('handler_done', l.alias, results[1], results[2])
   if not results[1] then error(results[2], 0) end
   if message then raise(message) end
   return text

@@ -8,30 +8,15 @@ use super::*;
 /// This module's host operations, by the name the shim calls them.
 pub(super) const OPS: &[(&str, Op)] = &[
     ("loop_list", loop_list),
-    ("loop_scan", loop_scan),
     ("loop_fits", loop_fits),
     ("loop_compose", loop_compose),
-    ("loop_record", loop_record),
-    ("loop_check_calls", loop_check_calls),
+    ("loop_reply", loop_reply),
 ];
 
 fn loop_list(call: Call<'_>) -> mlua::Result<MultiValue> {
     let Call { lua, .. } = call;
     lua.create_userdata(LoopList::default())?
         .into_lua_multi(lua)
-}
-
-fn loop_scan(call: Call<'_>) -> mlua::Result<MultiValue> {
-    let Call {
-        lua,
-        args: [a, b, _, _],
-        ..
-    } = call;
-    let Value::UserData(state) = &a else {
-        return Value::Nil.into_lua_multi(lua);
-    };
-    let list = state.borrow::<LoopList>()?;
-    list.unchanged_prefix(lua, &b)?.into_lua_multi(lua)
 }
 
 fn loop_fits(call: Call<'_>) -> mlua::Result<MultiValue> {
@@ -48,31 +33,39 @@ fn loop_fits(call: Call<'_>) -> mlua::Result<MultiValue> {
     (Value::Boolean(true), vm::loop_fits(s, &list, &b)).into_lua_multi(lua)
 }
 
+/// `loop_compose(state, list, target)`: the walk (how many leading records are the ones
+/// checked last time, unchanged), then the check and composition, then the precheck against
+/// `target`: `(true, fits, prefix)`, or `(nil, message)`. `prefix` is nil when the list took
+/// the full conversion.
 fn loop_compose(call: Call<'_>) -> mlua::Result<MultiValue> {
     let Call {
         lua,
         s,
-        args: [a, b, c, d],
+        args: [a, b, c, _],
         ..
     } = call;
     let Value::UserData(state) = &a else {
         return (Value::Nil, "models.loop state missing").into_lua_multi(lua);
     };
     let mut list = state.borrow_mut::<LoopList>()?;
-    let unchanged = match d {
-        Value::Integer(n) => usize::try_from(n).ok(),
-        _ => None,
-    };
+    let unchanged = list.unchanged_prefix(lua, &b)?;
     match list.check(lua, &b, unchanged)? {
-        Ok(()) => (Value::Boolean(true), vm::loop_fits(s, &list, &c)).into_lua_multi(lua),
+        Ok(()) => (
+            Value::Boolean(true),
+            vm::loop_fits(s, &list, &c),
+            unchanged.and_then(|p| i64::try_from(p).ok()),
+        )
+            .into_lua_multi(lua),
         Err(message) => (Value::Nil, message).into_lua_multi(lua),
     }
 }
 
-/// `loop_record(state, target)`: files the usage of the round just answered (the last
-/// reply's `usage`) under the round's model.
-fn loop_record(call: Call<'_>) -> mlua::Result<MultiValue> {
+/// `loop_reply(state, target)`: files the usage of the round just answered (the last reply's
+/// `usage`) under the round's model, and answers the first problem with the reply's tool
+/// calls, or nil.
+fn loop_reply(call: Call<'_>) -> mlua::Result<MultiValue> {
     let Call {
+        lua,
         s,
         args: [a, b, _, _],
         ..
@@ -85,29 +78,17 @@ fn loop_record(call: Call<'_>) -> mlua::Result<MultiValue> {
         .map(|t| t.usage_key())
         .unwrap_or_default();
     let mut shared = s.borrow_mut();
-    let usage = shared
-        .last_reply
+    let reply = shared.last_reply.take();
+    let usage = reply
         .as_ref()
         .and_then(|reply| reply.get("usage"))
         .and_then(|usage| Usage::deserialize(usage).ok());
     shared.usage.record_round(list.composed(), &key, usage);
-    Ok(MultiValue::new())
-}
-
-/// `loop_check_calls()`: the first problem with the last reply's tool calls, if any.
-fn loop_check_calls(call: Call<'_>) -> mlua::Result<MultiValue> {
-    let Call { lua, s, .. } = call;
-    let checked = match s
-        .borrow()
-        .last_reply
-        .as_ref()
-        .and_then(|r| r.get("tool_calls"))
-    {
-        Some(calls) => check_calls(calls),
-        None => Ok(()),
-    };
-    match checked {
-        Ok(()) => Ok(MultiValue::new()),
-        Err(message) => message.into_lua_multi(lua),
+    match reply.as_ref().and_then(|r| r.get("tool_calls")) {
+        Some(calls) => match check_calls(calls) {
+            Ok(()) => Ok(MultiValue::new()),
+            Err(message) => message.into_lua_multi(lua),
+        },
+        None => Ok(MultiValue::new()),
     }
 }

@@ -8,11 +8,11 @@
 //! shim module calls.
 
 use std::cell::RefCell;
-use std::collections::HashMap;
 use std::rc::Rc;
 use std::sync::OnceLock;
 
 use mlua::{Lua, MultiValue, Value};
+use rustc_hash::FxHashMap;
 
 use super::Shared;
 
@@ -63,7 +63,7 @@ fn value_or_message<V: mlua::IntoLua>(
 
 /// The op the shim calls by `name`.
 pub(super) fn find(name: &str) -> Option<Op> {
-    static TABLE: OnceLock<HashMap<&'static str, Op>> = OnceLock::new();
+    static TABLE: OnceLock<FxHashMap<&'static str, Op>> = OnceLock::new();
     TABLE
         .get_or_init(|| {
             [

@@ -10,7 +10,37 @@ pub(super) const OPS: &[(&str, Op)] = &[
     ("first_tool_call", first_tool_call),
     ("untrusted", untrusted),
     ("tool_report", tool_report),
+    ("handler_done", handler_done),
 ];
+
+/// `handler_done(alias, ok, value)`: a local tool's handler returned (`ok`, its first value)
+/// or raised. Answers the result's text by the scalar rule (`text, nil`, or `nil, message`
+/// when the value has no text form; nothing when it raised), and reports the call to the
+/// event stream unless a cancel or jump is in flight.
+fn handler_done(call: Call<'_>) -> mlua::Result<MultiValue> {
+    let Call {
+        lua,
+        s,
+        args: [a, b, c, _],
+    } = call;
+    let ok = matches!(b, Value::Boolean(true));
+    let text = ok.then(|| scalar_result(&c).map(|text| text.unwrap_or_default()));
+    let mut shared = s.borrow_mut();
+    if !shared.cancel.load(Ordering::Relaxed)
+        && let Value::String(name) = &a
+    {
+        shared.reports.push(vm::VmReport::Tool {
+            name: name.to_string_lossy(),
+            via: "local".to_owned(),
+            ok: matches!(text, Some(Ok(_))),
+        });
+    }
+    drop(shared);
+    match text {
+        Some(text) => value_or_message(lua, text),
+        None => Ok(MultiValue::new()),
+    }
+}
 
 /// A tool call that ended in the VM, for the event stream: `(name, via, ok)`.
 fn tool_report(call: Call<'_>) -> mlua::Result<MultiValue> {
