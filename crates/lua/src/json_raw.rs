@@ -12,9 +12,9 @@
 //! # Soundness
 //!
 //! Everything runs inside `Lua::exec_raw`, which calls the closure in protected mode with the
-//! value at index 1 and restores the stack afterwards. Only C API functions that neither raise
-//! nor allocate in Lua are called (so no `longjmp` crosses a Rust frame, no collection runs
-//! and no table changes during the walk):
+//! value at index 1 and restores the stack afterwards. Only C API functions that cannot raise
+//! and, but for growing the stack, do not allocate in Lua are called (so no `longjmp` crosses
+//! a Rust frame and no table changes during the walk):
 //!
 //! - `lua_next` raises only for a key its table does not hold; each call passes nil or the key
 //!   the previous call on the same table left, and nothing writes to any table meanwhile.
@@ -25,7 +25,10 @@
 //!   `lua_tonumberx` (on numbers), `lua_touserdata`, `lua_topointer`, `lua_pushnil`,
 //!   `lua_gettop` and `lua_settop` neither raise nor allocate.
 //! - Stack space is asked for with `lua_checkstack`, which answers 0 instead of raising; a
-//!   refusal hands the value to the general conversion.
+//!   refusal hands the value to the general conversion. Growing the stack allocates, and a
+//!   failed allocation first runs an emergency collection, which moves no object, runs no
+//!   finalizer and changes no entry a traversal visits (it marks dead only the keys of
+//!   emptied slots, which `lua_next` skips and still finds).
 //! - Recursion follows the value's nesting and stops at [`crate::json::MAX_DEPTH`] levels
 //!   (deeper values go to the general conversion, which reports them).
 

@@ -14,12 +14,16 @@
 //!
 //! - **Layout.** [`RawTable`] and [`RawNode`] mirror Lua 5.5's `Table` and `Node`
 //!   (`lobject.h`), and the array part is read as `ltable.h` lays it out (values below the
-//!   `array` pointer, a `u32` length hint, then one tag byte per slot). Nothing here is used
-//!   until [`layout_holds`] has confirmed that layout on tables built for the purpose: the
-//!   header's type tag, the sizes, and every slot of a table with array, hash, integer,
-//!   float, boolean, string and table entries, against the traversal `lua_next` makes of the
-//!   same table. If any probe disagrees (another Lua, another target), the raw form is never
-//!   used and the API walk of `loop_walk.rs` does all the work.
+//!   `array` pointer, a `u32` length hint, then one tag byte per slot). That layout is a fact
+//!   of the Lua the crate is built with, so it is pinned at build time: mlua's `lua55` build
+//!   compiles Lua 5.5.1 from `lua-src`, which this crate's manifest pins to the exact release
+//!   the mirrors were written against (a Lua update is then a deliberate change that brings
+//!   this module's review with it). On top of that, nothing here is used until
+//!   [`layout_holds`] has confirmed the layout on tables built for the purpose: the header's
+//!   type tag, the sizes, and every slot of a table with array, hash, integer, float,
+//!   boolean, string and table entries, against the traversal `lua_next` makes of the same
+//!   table. If any probe disagrees, the raw form is never used and the API walk of
+//!   `loop_walk.rs` does all the work.
 //! - **Liveness.** Every table read is reached from the list passed in, through the slots of
 //!   tables that are themselves reachable, while the Lua state is suspended in this host call:
 //!   no Lua code and no collection step can run during a read (nothing here calls into Lua),
@@ -97,6 +101,15 @@ struct Slot {
     key: u64,
 }
 
+/// Every empty slot as an image keeps it: `lua_next` skips it, so what it held before (the
+/// collector marks the key of an emptied node dead, for one) changes nothing a walk reads.
+const EMPTY: Slot = Slot {
+    tag: 0,
+    key_tag: 0,
+    value: 0,
+    key: 0,
+};
+
 /// An entry of an image: a table's header, one of its slots, or a mark no table matches.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Item {
@@ -144,6 +157,9 @@ unsafe fn array_slot(t: *const RawTable, k: u32) -> Slot {
             .cast::<u8>()
             .add(std::mem::size_of::<c_uint>() + k as usize)
             .read();
+        if tag & 0x0F == 0 {
+            return EMPTY;
+        }
         let value = if has_payload(tag) {
             array.sub(1 + k as usize).read_unaligned()
         } else {
@@ -167,6 +183,9 @@ unsafe fn node_slot(t: *const RawTable, i: usize) -> Slot {
     unsafe {
         let node = std::ptr::addr_of!((*t).node).read().add(i);
         let tag = std::ptr::addr_of!((*node).tt).read();
+        if tag & 0x0F == 0 {
+            return EMPTY;
+        }
         let key_tag = std::ptr::addr_of!((*node).key_tt).read();
         Slot {
             tag,
@@ -213,8 +232,23 @@ fn empty(slot: &Slot) -> bool {
     slot.tag & 0x0F == 0
 }
 
-/// Appends the image of the table at `t` to `items` (its header and slots, then each nested
-/// table's image in slot order), `levels` deep at most; `false` when it goes deeper.
+/// The slot `i` of `t` in storage order: the array part's `asize` slots, then the nodes.
+///
+/// # Safety
+/// As [`header`], and `i` is below `asize + 2^lsizenode`.
+unsafe fn slot(t: *const RawTable, asize: u32, i: usize) -> Slot {
+    // SAFETY: the caller's contract.
+    unsafe {
+        match u32::try_from(i) {
+            Ok(k) if k < asize => array_slot(t, k),
+            _ => node_slot(t, i - asize as usize),
+        }
+    }
+}
+
+/// Appends the image of the table at `t` to `items`: its header, then each slot, a slot
+/// holding a table followed at once by that table's image; `levels` deep at most (`false`
+/// when it goes deeper).
 ///
 /// # Safety
 /// As [`header`].
@@ -230,15 +264,10 @@ unsafe fn take(t: *const RawTable, items: &mut Vec<Item>, levels: usize) -> bool
             lsizenode,
             asize,
         });
-        let first = items.len();
-        each_slot(t, |slot| {
+        for i in 0..asize as usize + (1usize << lsizenode) {
+            let slot = slot(t, asize, i);
             items.push(Item::Slot(slot));
-            true
-        });
-        // The nested images go after every slot of this table, in slot order.
-        for i in first..first + (asize as usize + (1usize << lsizenode)) {
-            if let Some(Item::Slot(slot)) = items.get(i).copied()
-                && slot.tag == TABLE_TAG
+            if slot.tag == TABLE_TAG
                 && !take(slot.value as usize as *const RawTable, items, levels - 1)
             {
                 return false;
@@ -253,7 +282,8 @@ unsafe fn take(t: *const RawTable, items: &mut Vec<Item>, levels: usize) -> bool
 /// # Safety
 /// As [`header`].
 unsafe fn same(t: *const RawTable, items: &[Item], at: &mut usize) -> bool {
-    // SAFETY: the caller's contract; nested tables are reached through `t`'s own slots.
+    // SAFETY: the caller's contract; nested tables are reached through `t`'s own slots, and
+    // an equal slot names the table its image was taken from.
     unsafe {
         let (_, lsizenode, asize) = header(t);
         if items.get(*at)
@@ -266,22 +296,13 @@ unsafe fn same(t: *const RawTable, items: &[Item], at: &mut usize) -> bool {
             return false;
         }
         *at += 1;
-        let slots = *at;
-        let equal = each_slot(t, |slot| {
-            let held = items.get(*at) == Some(&Item::Slot(slot));
+        for i in 0..asize as usize + (1usize << lsizenode) {
+            let slot = slot(t, asize, i);
+            if items.get(*at) != Some(&Item::Slot(slot)) {
+                return false;
+            }
             *at += 1;
-            held
-        });
-        if !equal {
-            return false;
-        }
-        // Equal slots name the same nested tables, in the same order as the image took them.
-        let end = *at;
-        for i in slots..end {
-            if let Some(Item::Slot(slot)) = items.get(i)
-                && slot.tag == TABLE_TAG
-                && !same(slot.value as usize as *const RawTable, items, at)
-            {
+            if slot.tag == TABLE_TAG && !same(slot.value as usize as *const RawTable, items, at) {
                 return false;
             }
         }

@@ -23,9 +23,8 @@
 //!
 //! Everything below runs inside `Lua::exec_raw`, which calls the closure in protected mode
 //! with its arguments on the stack and restores the stack afterwards. The closure only calls
-//! C API functions that can neither raise an error (no `longjmp` can cross a Rust frame) nor
-//! allocate in Lua (no garbage collection step can run and no table can change under the
-//! walk):
+//! C API functions that cannot raise an error (no `longjmp` can cross a Rust frame) and, but
+//! for growing the stack, do not allocate in Lua (no table can change under the walk):
 //!
 //! - `lua_next` raises only for a key the table does not hold. Each call passes either nil or
 //!   the key the previous call on the same table returned, and no table is written during the
@@ -37,6 +36,10 @@
 //! - Stack space: `lua_checkstack` returns 0 instead of raising when the stack cannot grow;
 //!   every level asks for its slots first and gives the conservative answer if refused
 //!   ("changed", so the record is converted and checked from scratch, which is always right).
+//!   Growing the stack allocates, and an allocation that fails first runs an emergency
+//!   collection: it moves no object, runs no finalizer and changes no entry a traversal
+//!   visits (it only marks dead the keys of emptied slots, which `lua_next` skips and still
+//!   finds).
 //! - Every raw access (`lua_next`, `lua_rawgeti`, `lua_rawlen`) is made on an index whose type
 //!   was just checked to be a table. Indices are absolute, so pushes never shift them.
 //! - Recursion is bounded: a comparison descends only as deep as its snapshot does, and a
@@ -455,6 +458,28 @@ mod tests {
                 lua.load(format!("msgs[{}] = 1", len + 5)).exec().unwrap();
                 assert_eq!(snapshot.unchanged_prefix(&lua, &list).unwrap(), None);
             }
+        }
+    }
+
+    #[test]
+    fn a_collection_clearing_emptied_keys_changes_nothing() {
+        // An emptied slot is skipped by every walk, whatever the collector does to its key.
+        for raw in MODES {
+            let lua = Lua::new();
+            let list: Value = lua
+                .load(
+                    "msgs = { { role = 'user', content = 'a', tmp = 1 }, { role = 'user', content = 'b' } }
+                     msgs[1].tmp = nil
+                     return msgs",
+                )
+                .eval()
+                .unwrap();
+            let mut snapshot = Snapshot::with_raw(raw);
+            snapshot.remember(&lua, &list, 0).unwrap();
+            lua.load("collectgarbage(); collectgarbage()")
+                .exec()
+                .unwrap();
+            assert_eq!(snapshot.unchanged_prefix(&lua, &list).unwrap(), Some(2));
         }
     }
 
