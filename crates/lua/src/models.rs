@@ -66,6 +66,8 @@ pub struct ModelsState {
     pub has_snapshot: bool,
     /// The run-wide `tools.always` aliases, in order, with their description overrides.
     pub tools_always: Vec<(String, Option<String>)>,
+    /// Moves on whenever `tools_always` changes, so a VM can keep the list it last read.
+    pub tools_always_version: u64,
     /// The prompt binds tool slots (so `tools.always` can change the run-wide list).
     pub tools_bound: bool,
     /// The VM running now belongs to a strand running ahead of the run's committed order:

@@ -904,6 +904,7 @@ fn models_state(prompt: &Prompt, ctx: &RunContext) -> ModelsState {
         default: None,
         has_snapshot: ctx.snapshot.is_some(),
         tools_always: Vec::new(),
+        tools_always_version: 0,
         tools_bound: !prompt.frontmatter.tools.is_empty(),
         ahead: false,
     }

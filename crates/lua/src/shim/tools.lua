@@ -71,9 +71,25 @@ local locals, local_by_alias = {}, {}
 local handler_depth = 0
 
 -- The bound scope: the run-wide tools.always aliases, then this section's additions.
+-- What changes the section's own scope (`tools.add`, `tools.add_local`, `tools.allow_tasks`)
+-- moves `version` on; the run-wide `tools.always` list is the one last read while the host
+-- reports it unchanged. The scope and a round's specs are rebuilt only when either moved.
+local version = 0
+local always_list, always_version = nil, nil
+local scope_memo, tools_memo = nil, nil
+local function always_now()
+  local list, v = P.synced('tools_always_list', always_version)
+  if list ~= nil or always_list == nil then always_list, always_version = list or {}, v end
+  return always_list
+end
+
 local function bound_scope()
+  local always = always_now()
+  local memo = scope_memo
+  if memo ~= nil and memo.always == always and memo.version == version then
+    return memo.scope, always
+  end
   local scope, seen = {}, {}
-  local always = P.synced('tools_always_list')
   for i = 1, #always do
     local alias = always[i].alias
     if not seen[alias] then seen[alias] = true; scope[#scope + 1] = alias end
@@ -82,6 +98,7 @@ local function bound_scope()
     local alias = added[i]
     if not seen[alias] then seen[alias] = true; scope[#scope + 1] = alias end
   end
+  scope_memo = { always = always, version = version, scope = scope }
   return scope, always
 end
 
@@ -142,6 +159,10 @@ end
 -- What a model round offers: the bound scope, the local tools, then the task built-ins.
 local function round_tools()
   local scope, always = bound_scope()
+  local memo = tools_memo
+  if memo ~= nil and memo.scope == scope and memo.version == version then
+    return memo.specs, memo.names
+  end
   local always_desc = {}
   for i = 1, #always do always_desc[always[i].alias] = always[i].description end
   local specs, names = {}, {}
@@ -167,6 +188,7 @@ local function round_tools()
       names[#names + 1] = task_specs[i].name
     end
   end
+  tools_memo = { scope = scope, version = version, specs = specs, names = names }
   return specs, names
 end
 
@@ -335,6 +357,7 @@ M.add = function(...)
     end
   end
   if description ~= nil and #aliases == 1 then overrides[aliases[1]] = description end
+  version = version + 1
 end
 
 M.add_local = function(alias, description, params, handler)
@@ -387,12 +410,14 @@ M.add_local = function(alias, description, params, handler)
   local l = { alias = alias, description = description, schema = schema, handler = handler }
   locals[#locals + 1] = l
   local_by_alias[alias] = l
+  version = version + 1
 end
 
 -- tools.allow_tasks(targets?): the task built-ins join every later round of the section.
 M.allow_tasks = function(targets)
   if targets == nil then
     allowed = true
+    version = version + 1
     return
   end
   if type(targets) ~= 'table' then
@@ -415,6 +440,7 @@ M.allow_tasks = function(targets)
       .. 'to allow any section')
   end
   allowed = list
+  version = version + 1
 end
 
 M.call = function(alias, args)

@@ -81,34 +81,46 @@ fn tools_always(call: Call<'_>) -> mlua::Result<MultiValue> {
     }
     match state.tools_always.iter_mut().find(|(a, _)| *a == alias) {
         Some(entry) => {
-            if description.is_some() {
+            if description.is_some() && entry.1 != description {
                 entry.1 = description;
+                state.tools_always_version += 1;
             }
         }
-        None => state.tools_always.push((alias, description)),
+        None => {
+            state.tools_always.push((alias, description));
+            state.tools_always_version += 1;
+        }
     }
     Ok(MultiValue::new())
 }
 
+/// `tools_always_list(known)`: the run-wide `tools.always` list as `{alias, description}`
+/// tables and its version, or `nil` and the version when `known` is that version already
+/// (the shim keeps the list it last read).
 fn tools_always_list(call: Call<'_>) -> mlua::Result<MultiValue> {
     let Call {
         lua,
         s,
-        args: [_, _, c, _],
+        args: [a, _, c, _],
         ..
     } = call;
     let st = s.borrow();
-    if c != Value::Boolean(true) && st.models.borrow().tools_unsettled() {
+    let models = st.models.borrow();
+    if c != Value::Boolean(true) && models.tools_unsettled() {
         return (Value::Nil, Value::Nil, true).into_lua_multi(lua);
     }
+    let version = i64::try_from(models.tools_always_version).unwrap_or(i64::MAX);
+    if a == Value::Integer(version) {
+        return (Value::Nil, version).into_lua_multi(lua);
+    }
     let list = lua.create_table()?;
-    for (i, (alias, description)) in st.models.borrow().tools_always.iter().enumerate() {
+    for (i, (alias, description)) in models.tools_always.iter().enumerate() {
         let t = lua.create_table()?;
         t.raw_set("alias", alias.as_str())?;
         t.raw_set("description", description.as_deref())?;
         list.raw_set(i + 1, t)?;
     }
-    list.into_lua_multi(lua)
+    (list, version).into_lua_multi(lua)
 }
 
 fn first_tool_call(call: Call<'_>) -> mlua::Result<MultiValue> {
