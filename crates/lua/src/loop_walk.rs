@@ -1,7 +1,8 @@
 //! The raw walk before a `models.loop` round: which leading records of the list are exactly the
 //! ones checked last time (see `loop_list.rs` for the scheme).
 //!
-//! This is the one place in the workspace that uses `unsafe`, and why: chapter 11 checks the
+//! Why `unsafe` (here, and in `loop_raw.rs`, the in-place form this module hands the walk to
+//! when this process's Lua allows it; the snapshot below is its fallback): chapter 11 checks the
 //! whole list before every round, so a record edited in place must be caught, and plain Lua
 //! offers no write stamp on a table. The only way to know a record is untouched is to look at
 //! every entry of it, every round. Done in Lua bytecode (`for k, v in next, t`) that look cost
