@@ -47,7 +47,9 @@ use std::sync::OnceLock;
 
 use mlua::{Lua, Table, Value};
 
-use crate::loop_walk::MAX_LEVELS;
+/// How deep a snapshot follows nested tables: one more level than a message's JSON may have
+/// (`json::MAX_DEPTH`), so every record that passed the check fits.
+pub(crate) const MAX_LEVELS: usize = crate::json::MAX_DEPTH + 2;
 
 /// Lua 5.5's `Value`: one machine word of payload (a pointer, an integer or a float).
 type RawValue = u64;
@@ -342,7 +344,7 @@ impl RawSnapshot {
         self.items.get(start..end)
     }
 
-    /// The walk of [`crate::loop_walk::Snapshot::unchanged_prefix`] over raw slots. Only
+    /// The walk of `Snapshot::unchanged_prefix` (`loop_walk.rs`) over raw slots. Only
     /// called when [`layout_holds`].
     pub(crate) fn scan(&self, list: &Value) -> Scan {
         let Value::Table(table) = list else {
@@ -405,7 +407,7 @@ impl RawSnapshot {
     }
 
     /// Remembers `table`'s records after the first `kept` as they are now (see
-    /// [`crate::loop_walk::Snapshot::remember`]). Only called when [`layout_holds`].
+    /// `Snapshot::remember` (`loop_walk.rs`)). Only called when [`layout_holds`].
     pub(crate) fn remember(&mut self, table: &Table, kept: usize) -> mlua::Result<()> {
         let kept = kept.min(self.len());
         if let Some(&start) = self.starts.get(kept) {

@@ -56,11 +56,7 @@ use std::os::raw::c_int;
 use mlua::ffi::{self, lua_State};
 use mlua::{Lua, Value};
 
-use crate::loop_raw::{self, RawSnapshot, Scan};
-
-/// How deep a snapshot follows nested tables: one more level than a message's JSON may have
-/// (`json::MAX_DEPTH`), so every record that passed the check fits.
-pub(crate) const MAX_LEVELS: usize = crate::json::MAX_DEPTH + 2;
+use crate::loop_raw::{self, MAX_LEVELS, RawSnapshot, Scan};
 
 /// Stack slots one level of a walk uses at most: a key and its value.
 const LEVEL_SLOTS: c_int = 4;
