@@ -265,7 +265,7 @@ impl Recorder {
             Some(path),
             &old.header,
         )
-        .and_then(|r| r.journaled(invocation, owned));
+        .and_then(|r| r.journal_started(invocation, owned, false));
         let mut recorder = match started {
             Ok(recorder) => recorder,
             Err(e) => {
@@ -307,9 +307,21 @@ impl Recorder {
     /// `owned`: the file is the history's own (removed once the run is kept), not the user's
     /// `--record` file.
     pub(crate) fn journaled(
+        self,
+        invocation: &Invocation,
+        owned: bool,
+    ) -> Result<Recorder, String> {
+        self.journal_started(invocation, owned, true)
+    }
+
+    /// [`Recorder::journaled`]; `durable`: the opening lines reach the disk before it returns
+    /// (a resumed run's journal, written beside the old one, syncs once, just before it takes
+    /// the old one's place).
+    fn journal_started(
         mut self,
         invocation: &Invocation,
         owned: bool,
+        durable: bool,
     ) -> Result<Recorder, String> {
         let name = self
             .path
@@ -333,12 +345,14 @@ impl Recorder {
             sync,
             owned,
         });
-        if let Some(file) = self.durable_now() {
-            file.sync_data()
-                .map_err(|e| format!("the run journal {name}: {e}"))?;
-        }
-        if let Some(path) = &self.path {
-            sync_dir(path);
+        if durable {
+            if let Some(file) = self.durable_now() {
+                file.sync_data()
+                    .map_err(|e| format!("the run journal {name}: {e}"))?;
+            }
+            if let Some(path) = &self.path {
+                sync_dir(path);
+            }
         }
         match self.failed.take() {
             Some(failed) => Err(failed),

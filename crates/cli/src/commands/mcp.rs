@@ -736,7 +736,7 @@ impl PromptServer {
         let step = self
             .0
             .asking
-            .step(pending, resumed, &name, &name, &arguments, &cx.ct)
+            .step(pending, resumed, &name, &arguments, &cx.ct)
             .await;
         match step {
             ask::Step::Ended(Ok((outcome, output))) => {

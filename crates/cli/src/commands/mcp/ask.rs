@@ -407,12 +407,12 @@ impl Asking {
     }
 
     /// Go on with a call's run until it ends, or asks (then it is parked, and the result says
-    /// what to ask), or `ct` cancels the request (then the run is cancelled).
+    /// what to ask), or `ct` cancels the request (then the run is cancelled). `tool` is the
+    /// prompt's tool name: the question's form names it and the parked state is bound to it.
     pub(super) async fn step(
         &self,
         mut pending: Pending,
         resumed: Option<(u64, u64)>,
-        name: &str,
         tool: &str,
         arguments: &JsonObject,
         ct: &CancellationToken,
@@ -449,7 +449,7 @@ impl Asking {
             let mut asked = Vec::new();
             for (n, question) in questions.into_iter().enumerate() {
                 let key = format!("ask-{round}-{n}");
-                match form(name, question.section.as_deref()) {
+                match form(tool, question.section.as_deref()) {
                     Ok(params) => {
                         requests.insert(
                             key.clone(),
@@ -596,7 +596,6 @@ mod tests {
             .step(
                 pending,
                 None,
-                "p",
                 "p",
                 &JsonObject::new(),
                 &CancellationToken::new(),
