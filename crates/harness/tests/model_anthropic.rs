@@ -351,9 +351,11 @@ async fn plain_reply_with_usage() {
     .await;
     let observer = Collect::default();
     let mut request = hello();
-    request.messages = std::iter::once(std::sync::Arc::new(Message::system("Be friendly.")))
-        .chain(request.messages.iter().cloned())
-        .collect();
+    request.messages = std::sync::Arc::new(
+        std::iter::once(std::sync::Arc::new(Message::system("Be friendly.")))
+            .chain(request.messages.iter().cloned())
+            .collect(),
+    );
     let reply = provider(&server).stream(&request, &observer).await.unwrap();
     assert_eq!(server.violations(), Vec::<String>::new());
     assert_eq!(reply.text, "Hello!");

@@ -20,7 +20,7 @@ use std::sync::Arc;
 use mlua::{Lua, Table, UserData, Value};
 use serde_json::Value as Json;
 
-use promptforge_protocol::conversation::{Message, ToolSpec};
+use promptforge_protocol::conversation::{Message, SharedMessages, ToolSpec};
 
 use crate::conversation::{self, Across, Checked, UsageMemory};
 use crate::json_raw;
@@ -39,7 +39,7 @@ pub(crate) struct LoopList {
     /// The rules across records, gone through `cached` (see [`Across`]).
     across: Across,
     /// What the last check composed: the records the next round sends.
-    composed: Arc<[Arc<Message>]>,
+    composed: SharedMessages,
     /// The position in `cached` of each composed record's first record.
     starts: Vec<usize>,
     /// The leading system count the composition was made with (`None`: compose afresh).
@@ -123,7 +123,7 @@ impl LoopList {
     }
 
     /// The composed records as the round sends them: the list itself, shared.
-    pub(crate) fn composed_shared(&self) -> Arc<[Arc<Message>]> {
+    pub(crate) fn composed_shared(&self) -> SharedMessages {
         Arc::clone(&self.composed)
     }
 
@@ -194,8 +194,15 @@ impl LoopList {
             .and_then(|k| Some((k, *self.starts.get(k)?)))
             .unwrap_or_default();
         let leading = leading.unwrap_or(self.cached.len());
-        let mut composed: Vec<Arc<Message>> = Vec::with_capacity(self.cached.len());
-        composed.extend_from_slice(self.composed.get(..entry).unwrap_or_default());
+        // The list is extended in place when no round holds it any more (the usual case: the
+        // last round's request is gone); otherwise the kept entries are copied.
+        let mut composed: Vec<Arc<Message>> = match Arc::get_mut(&mut self.composed) {
+            Some(list) => std::mem::take(list),
+            None => self.composed.to_vec(),
+        };
+        // The entries composed again, to keep the counted bytes of those that come out the same.
+        let before = composed.split_off(entry.min(composed.len()));
+        composed.reserve(self.cached.len().saturating_sub(composed.len()));
         self.starts.truncate(entry);
         let records: Vec<Arc<Message>> = self
             .cached
@@ -213,7 +220,7 @@ impl LoopList {
         );
         self.bytes.truncate(composed.len());
         for (i, record) in composed.iter().enumerate().skip(entry) {
-            let counted = match (self.composed.get(i), self.bytes.get(i)) {
+            let counted = match (before.get(i - entry), self.bytes.get(i)) {
                 (Some(before), Some(&counted)) if Arc::ptr_eq(before, record) => counted,
                 _ => conversation::estimate_bytes(record),
             };
@@ -222,7 +229,7 @@ impl LoopList {
                 None => self.bytes.push(counted),
             }
         }
-        self.composed = composed.into();
+        self.composed = Arc::new(composed);
         self.composed_leading = self.across.leading();
     }
 

@@ -7,6 +7,7 @@
 //! lists, so a record the VM checked maps onto these types one to one.
 
 use std::fmt;
+use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -35,6 +36,13 @@ impl From<Option<bool>> for ThinkingSwitch {
         }
     }
 }
+
+/// A composed message list as a round carries it: one shared list (the loop's state, the
+/// round, the Harness's request hold the same one, so a round never copies it), of shared
+/// records. A `Vec` inside rather than a slice, so the loop can extend the list in place once
+/// it is the only holder left (a round's request is gone by the next round), instead of
+/// copying every record handle each round.
+pub type SharedMessages = Arc<Vec<Arc<Message>>>;
 
 /// One record of the conversation, tagged by its `role`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

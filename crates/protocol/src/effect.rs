@@ -15,7 +15,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value as Json};
 
-use crate::conversation::{Message, ToolSpec};
+use crate::conversation::{SharedMessages, ToolSpec};
 use crate::errors::{Answer, ErrorValue, RunErrorKind};
 use crate::store::{StoreAnswer, StoreError, StoreOp};
 
@@ -152,7 +152,7 @@ pub struct ModelRound {
     /// The messages to send, in order, already checked and composed: one shared list (the
     /// loop's composition, the Harness's request and the record all hold the same one, so a
     /// round never copies it).
-    pub messages: Arc<[Arc<Message>]>,
+    pub messages: SharedMessages,
     /// The tools offered (shared with the Harness's request as the messages are).
     pub tools: Arc<[ToolSpec]>,
 }
@@ -231,7 +231,7 @@ mod tests {
                     temperature: Some(0.1),
                     max_tokens: None,
                 },
-                messages: Arc::from([Arc::new(Message::user("hi"))]),
+                messages: Arc::new(vec![Arc::new(crate::conversation::Message::user("hi"))]),
                 tools: Arc::from([]),
             }),
         ];

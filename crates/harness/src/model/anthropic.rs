@@ -771,12 +771,11 @@ mod tests {
                 redacted: None,
             });
         }
-        request.messages = [
+        request.messages = Arc::new(vec![
             request.messages[0].clone(),
             Arc::new(assistant),
             request.messages[2].clone(),
-        ]
-        .into();
+        ]);
         let body = request_body(&request, &options);
         assert_eq!(body["thinking"]["type"], "enabled");
         assert_eq!(

@@ -266,14 +266,15 @@ impl Serialize for WireFunction<'_> {
 
 /// What the last round sent, kept to write the next round's body: a conversation reaches the
 /// provider round after round as the same shared records (`Arc`) with new ones at the end, so
-/// the records it shares with the last round (compared by address, while the last round's
-/// list keeps them alive) are copied as the bytes already written, and only the rest is
-/// written. The tools are written once while a round offers the same shared list.
+/// the records it shares with the last round (compared by address, while this cache holds
+/// them alive) are copied as the bytes already written, and only the rest is written. It holds
+/// the records themselves, not the round's list, so the loop stays that list's only holder and
+/// can extend it in place. The tools are written once while a round offers the same list.
 #[derive(Debug, Default)]
 struct WireCache {
     /// The records last sent, their wire forms one after another (comma separated), and where
     /// each record's form ends in `text`.
-    sent: Option<Arc<[Arc<Message>]>>,
+    sent: Vec<Arc<Message>>,
     text: Vec<u8>,
     ends: Vec<usize>,
     /// The tools last offered and their wire form.
@@ -288,16 +289,15 @@ fn unencodable(e: serde_json::Error) -> ModelError {
 impl WireCache {
     /// The wire forms of `messages`, comma separated: the records shared with the last round
     /// as written then, the rest written now.
-    fn messages(&mut self, messages: &Arc<[Arc<Message>]>) -> Result<&[u8], ModelError> {
-        let shared = match &self.sent {
-            Some(sent) => sent
-                .iter()
-                .zip(messages.iter())
-                .take_while(|(a, b)| Arc::ptr_eq(a, b))
-                .count(),
-            None => 0,
-        };
-        let shared = shared.min(self.ends.len());
+    fn messages(&mut self, messages: &[Arc<Message>]) -> Result<&[u8], ModelError> {
+        let shared = self
+            .sent
+            .iter()
+            .zip(messages.iter())
+            .take_while(|(a, b)| Arc::ptr_eq(a, b))
+            .count()
+            .min(self.ends.len());
+        self.sent.truncate(shared);
         self.ends.truncate(shared);
         self.text
             .truncate(self.ends.last().copied().unwrap_or_default());
@@ -306,14 +306,14 @@ impl WireCache {
                 self.text.push(b',');
             }
             if let Err(e) = serde_json::to_writer(&mut self.text, &WireMessage(message)) {
-                self.sent = None;
+                self.sent.clear();
                 self.ends.clear();
                 self.text.clear();
                 return Err(unencodable(e));
             }
+            self.sent.push(Arc::clone(message));
             self.ends.push(self.text.len());
         }
-        self.sent = Some(Arc::clone(messages));
         Ok(&self.text)
     }
 
@@ -761,12 +761,12 @@ mod tests {
         let first = Arc::new(Message::user("first"));
         let reply = Arc::new(Message::tool("c1", "result"));
         let mut cache = WireCache::default();
-        let one: Arc<[Arc<Message>]> = Arc::from([first.clone()]);
+        let one = [first.clone()];
         assert_eq!(
             cache.messages(&one).unwrap(),
             serde_json::to_vec(&WireMessage(&first)).unwrap()
         );
-        let two: Arc<[Arc<Message>]> = Arc::from([first.clone(), reply.clone()]);
+        let two = [first.clone(), reply.clone()];
         let text = cache.messages(&two).unwrap().to_vec();
         assert_eq!(cache.ends.len(), 2);
         let expected = format!(
@@ -777,13 +777,13 @@ mod tests {
         assert_eq!(String::from_utf8(text).unwrap(), expected);
         // Another record in the first place: everything is written again.
         let other = Arc::new(Message::user("first"));
-        let three: Arc<[Arc<Message>]> = Arc::from([other, reply.clone()]);
+        let three = [other, reply.clone()];
         assert_eq!(
             String::from_utf8(cache.messages(&three).unwrap().to_vec()).unwrap(),
             expected
         );
         // A shorter list drops the records it no longer holds.
-        let none: Arc<[Arc<Message>]> = Arc::from([]);
+        let none: [Arc<Message>; 0] = [];
         assert_eq!(cache.messages(&none).unwrap(), b"");
         // The whole body is the request's fresh encoding.
         let mut request = ChatRequest::new("m", [Message::user("q")]);

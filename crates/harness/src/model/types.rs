@@ -22,7 +22,7 @@ pub struct ChatRequest {
     /// `claude-sonnet-4-6`: [`ModelDescription::model`], not the catalog id.
     pub model: String,
     /// The conversation, in order. Shared with the engine's round, never copied.
-    pub messages: Arc<[Arc<Message>]>,
+    pub messages: SharedMessages,
     /// The tools on offer this round; empty offers none.
     #[serde(default, skip_serializing_if = "<[ToolSpec]>::is_empty")]
     pub tools: Arc<[ToolSpec]>,
@@ -46,7 +46,7 @@ impl ChatRequest {
     ) -> Self {
         Self {
             model: model.into(),
-            messages: messages.into_iter().map(Into::into).collect(),
+            messages: Arc::new(messages.into_iter().map(Into::into).collect()),
             tools: Arc::from([]),
             temperature: None,
             max_tokens: None,
@@ -74,8 +74,8 @@ impl ChatRequest {
 }
 
 pub use promptforge_protocol::conversation::{
-    Content, ContentPart, FinishReason, ImageUrl, Message, ReasoningBlock, Reply, ThinkingSwitch,
-    ToolCall, ToolSpec, Usage,
+    Content, ContentPart, FinishReason, ImageUrl, Message, ReasoningBlock, Reply, SharedMessages,
+    ThinkingSwitch, ToolCall, ToolSpec, Usage,
 };
 pub use promptforge_protocol::host::ThinkingCapability;
 

@@ -1198,7 +1198,7 @@ fn model_round(infer: bool, request: &Table) -> Result<ModelRound, String> {
         return Ok(ModelRound {
             infer: true,
             model,
-            messages: Arc::from([Arc::new(Message::user(prompt))]),
+            messages: Arc::new(vec![Arc::new(Message::user(prompt))]),
             tools: Arc::from([]),
         });
     }
