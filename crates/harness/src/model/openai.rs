@@ -267,15 +267,21 @@ impl Serialize for WireFunction<'_> {
 /// What the last round sent, kept to write the next round's body: a conversation reaches the
 /// provider round after round as the same shared records (`Arc`) with new ones at the end, so
 /// the records it shares with the last round (compared by address, while this cache holds
-/// them alive) are copied as the bytes already written, and only the rest is written. It holds
+/// them alive) are sent as the bytes already written, and only the rest is written. It holds
 /// the records themselves, not the round's list, so the loop stays that list's only holder and
-/// can extend it in place. The tools are written once while a round offers the same list.
+/// can extend it in place. The body itself is kept too: once the last round's request has let
+/// go of it, the next body is written into the same buffer (the shared records' bytes stay
+/// where they are), so a long conversation is not copied again each round. The tools are
+/// written once while a round offers the same list.
 #[derive(Debug, Default)]
 struct WireCache {
-    /// The records last sent, their wire forms one after another (comma separated), and where
-    /// each record's form ends in `text`.
+    /// The records last sent.
     sent: Vec<Arc<Message>>,
-    text: Vec<u8>,
+    /// The last body: the settings, the tools and `"messages":[` (its first `start` bytes),
+    /// the records' wire forms (comma separated), then `]}`.
+    last: Option<bytes::Bytes>,
+    start: usize,
+    /// Where each sent record's wire form ends, counted from `start`.
     ends: Vec<usize>,
     /// The tools last offered and their wire form.
     tools: Option<(Arc<[ToolSpec]>, Vec<u8>)>,
@@ -287,36 +293,6 @@ fn unencodable(e: serde_json::Error) -> ModelError {
 }
 
 impl WireCache {
-    /// The wire forms of `messages`, comma separated: the records shared with the last round
-    /// as written then, the rest written now.
-    fn messages(&mut self, messages: &[Arc<Message>]) -> Result<&[u8], ModelError> {
-        let shared = self
-            .sent
-            .iter()
-            .zip(messages.iter())
-            .take_while(|(a, b)| Arc::ptr_eq(a, b))
-            .count()
-            .min(self.ends.len());
-        self.sent.truncate(shared);
-        self.ends.truncate(shared);
-        self.text
-            .truncate(self.ends.last().copied().unwrap_or_default());
-        for message in messages.get(shared..).unwrap_or_default() {
-            if !self.text.is_empty() {
-                self.text.push(b',');
-            }
-            if let Err(e) = serde_json::to_writer(&mut self.text, &WireMessage(message)) {
-                self.sent.clear();
-                self.ends.clear();
-                self.text.clear();
-                return Err(unencodable(e));
-            }
-            self.sent.push(Arc::clone(message));
-            self.ends.push(self.text.len());
-        }
-        Ok(&self.text)
-    }
-
     /// The wire form of `tools` (an array of function tools).
     fn tools(&mut self, tools: &Arc<[ToolSpec]>) -> Result<&[u8], ModelError> {
         let fresh = match &self.tools {
@@ -353,24 +329,70 @@ impl WireCache {
         request: &ChatRequest,
         options: &OpenAiOptions,
     ) -> Result<bytes::Bytes, ModelError> {
-        let head = serde_json::to_vec(&head(request, options)).map_err(unencodable)?;
-        let tools = if request.tools.is_empty() {
-            Vec::new()
-        } else {
-            self.tools(&request.tools)?.to_vec()
-        };
-        let messages = self.messages(&request.messages)?;
-        let mut body = Vec::with_capacity(head.len() + tools.len() + messages.len() + 32);
+        use bytes::BufMut;
+        let mut prefix = serde_json::to_vec(&head(request, options)).map_err(unencodable)?;
         // `head` is `{...}` with at least the model in it: its closing brace goes last.
-        body.extend_from_slice(head.strip_suffix(b"}").unwrap_or(&head));
-        if !tools.is_empty() {
-            body.extend_from_slice(b",\"tools\":");
-            body.extend_from_slice(&tools);
+        if prefix.last() == Some(&b'}') {
+            prefix.pop();
         }
-        body.extend_from_slice(b",\"messages\":[");
-        body.extend_from_slice(messages);
-        body.extend_from_slice(b"]}");
-        Ok(body.into())
+        if !request.tools.is_empty() {
+            prefix.extend_from_slice(b",\"tools\":");
+            prefix.extend_from_slice(self.tools(&request.tools)?);
+        }
+        prefix.extend_from_slice(b",\"messages\":[");
+        let shared = self
+            .sent
+            .iter()
+            .zip(request.messages.iter())
+            .take_while(|(a, b)| Arc::ptr_eq(a, b))
+            .count()
+            .min(self.ends.len());
+        let kept = shared
+            .checked_sub(1)
+            .and_then(|i| self.ends.get(i))
+            .copied()
+            .unwrap_or_default();
+        // The last body's buffer, when the last request has let go of it (else a copy).
+        let mut buf = match self.last.take() {
+            Some(last) => last
+                .try_into_mut()
+                .unwrap_or_else(|last| bytes::BytesMut::from(&last[..])),
+            None => bytes::BytesMut::new(),
+        };
+        let same_prefix =
+            buf.get(..self.start) == Some(prefix.as_slice()) && buf.len() >= self.start + kept;
+        if !same_prefix {
+            // Other settings or tools: the shared records' bytes move behind the new prefix.
+            let text = buf
+                .get(self.start..self.start + kept)
+                .map(<[u8]>::to_vec)
+                .unwrap_or_default();
+            buf.clear();
+            buf.extend_from_slice(&prefix);
+            buf.extend_from_slice(&text);
+            self.start = prefix.len();
+        }
+        buf.truncate(self.start + kept);
+        self.sent.truncate(shared);
+        self.ends.truncate(shared);
+        let mut writer = buf.writer();
+        for message in request.messages.get(shared..).unwrap_or_default() {
+            if writer.get_ref().len() > self.start {
+                writer.get_mut().put_u8(b',');
+            }
+            if let Err(e) = serde_json::to_writer(&mut writer, &WireMessage(message)) {
+                self.sent.clear();
+                self.ends.clear();
+                return Err(unencodable(e));
+            }
+            self.sent.push(Arc::clone(message));
+            self.ends.push(writer.get_ref().len() - self.start);
+        }
+        let mut buf = writer.into_inner();
+        buf.extend_from_slice(b"]}");
+        let body = buf.freeze();
+        self.last = Some(body.clone());
+        Ok(body)
     }
 }
 
@@ -753,53 +775,65 @@ mod tests {
         }
     }
 
-    /// The records a round shares with the last one are copied as written then (a record
-    /// changed in place would not be, but a shared record never changes); the rest is written
-    /// now; the body is what a fresh encoding of the whole request gives.
+    /// A round's body is what a fresh encoding of its request gives, whatever the last round
+    /// sent: the records it shares with the last round (by address), another first record,
+    /// a shorter list, other settings, and with the last body still held elsewhere.
     #[test]
     fn a_round_writes_only_the_records_the_last_round_did_not_send() {
+        let options = options(OpenAiThinking::Unsupported, MaxTokensField::MaxTokens);
         let first = Arc::new(Message::user("first"));
         let reply = Arc::new(Message::tool("c1", "result"));
+        let request = |messages: Vec<Arc<Message>>, tools: bool, temperature: Option<f64>| {
+            let mut request = ChatRequest::new("m", Vec::<Message>::new());
+            request.messages = Arc::new(messages);
+            if tools {
+                request.tools = [ToolSpec {
+                    name: "look".into(),
+                    description: "Look".into(),
+                    parameters: json!({"type": "object"}),
+                }]
+                .into();
+            }
+            request.temperature = temperature;
+            request
+        };
         let mut cache = WireCache::default();
-        let one = [first.clone()];
-        assert_eq!(
-            cache.messages(&one).unwrap(),
-            serde_json::to_vec(&WireMessage(&first)).unwrap()
-        );
-        let two = [first.clone(), reply.clone()];
-        let text = cache.messages(&two).unwrap().to_vec();
-        assert_eq!(cache.ends.len(), 2);
-        let expected = format!(
-            "{},{}",
-            serde_json::to_string(&WireMessage(&first)).unwrap(),
-            serde_json::to_string(&WireMessage(&reply)).unwrap()
-        );
-        assert_eq!(String::from_utf8(text).unwrap(), expected);
-        // Another record in the first place: everything is written again.
-        let other = Arc::new(Message::user("first"));
-        let three = [other, reply.clone()];
-        assert_eq!(
-            String::from_utf8(cache.messages(&three).unwrap().to_vec()).unwrap(),
-            expected
-        );
-        // A shorter list drops the records it no longer holds.
-        let none: [Arc<Message>; 0] = [];
-        assert_eq!(cache.messages(&none).unwrap(), b"");
-        // The whole body is the request's fresh encoding.
-        let mut request = ChatRequest::new("m", [Message::user("q")]);
-        request.tools = [ToolSpec {
-            name: "look".into(),
-            description: "Look".into(),
-            parameters: json!({"type": "object"}),
-        }]
-        .into();
-        let options = options(OpenAiThinking::Unsupported, MaxTokensField::MaxTokens);
-        let again = cache.body(&request, &options).unwrap();
-        let fresh = WireCache::default().body(&request, &options).unwrap();
-        assert_eq!(again, fresh);
-        let parsed: Value = serde_json::from_slice(&fresh).unwrap();
-        assert_eq!(parsed["tools"][0]["function"]["name"], "look");
-        assert_eq!(parsed["messages"][0]["content"], "q");
+        let mut held = Vec::new();
+        for (i, round) in [
+            request(vec![first.clone()], true, None),
+            request(vec![first.clone(), reply.clone()], true, None),
+            request(
+                vec![first.clone(), reply.clone(), first.clone()],
+                true,
+                None,
+            ),
+            request(
+                vec![Arc::new(Message::user("first")), reply.clone()],
+                true,
+                None,
+            ),
+            request(vec![first.clone()], true, None),
+            request(vec![first.clone(), reply.clone()], false, Some(0.5)),
+            request(vec![first.clone(), reply.clone()], true, None),
+            request(vec![], true, None),
+        ]
+        .iter()
+        .enumerate()
+        {
+            let body = cache.body(round, &options).unwrap();
+            let fresh = WireCache::default().body(round, &options).unwrap();
+            assert_eq!(body, fresh, "round {i}");
+            let parsed: Value = serde_json::from_slice(&body).unwrap();
+            assert_eq!(
+                parsed["messages"].as_array().unwrap().len(),
+                round.messages.len()
+            );
+            if i % 2 == 1 {
+                // The request still holds its body when the next round is written.
+                held.push(body);
+            }
+        }
+        assert_eq!(cache.sent.len(), 0);
     }
 
     #[test]
