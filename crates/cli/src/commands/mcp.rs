@@ -668,11 +668,10 @@ impl PromptServer {
         };
         tokio::pin!(job);
         let outcome = tokio::select! {
-            done = &mut job => done.map_err(|e| format!("the run stopped: {e}")),
+            done = &mut job => done.map_err(run_stopped),
             () = ct.cancelled() => {
-                cancel.store(true, Ordering::Relaxed);
-                let _ = wake.send(crate::host::HostMessage::Wake);
-                job.await.map_err(|e| format!("the run stopped: {e}"))
+                stop.stop();
+                job.await.map_err(run_stopped)
             }
         };
         stop.disarm();
@@ -740,7 +739,7 @@ impl PromptServer {
             .await;
         match step {
             ask::Step::Ended(Ok((outcome, output))) => {
-                Ok(tool_result(&outcome, output.as_ref().map(|o| (name.as_str(), o))).into())
+                Ok(tool_result(&outcome, output.as_ref()).into())
             }
             ask::Step::Ended(Err(message)) => Err(ErrorData::internal_error(message, None)),
             ask::Step::Asks(result) => Ok(result.into()),
@@ -768,9 +767,7 @@ impl PromptServer {
         let wait = Duration::from_secs_f64(self.0.task_after);
         let (pending, first) = match pending.decide(wait, &cx.ct).await {
             ask::TaskStart::Ended(Ok((outcome, output))) => {
-                return Ok(
-                    tool_result(&outcome, output.as_ref().map(|o| (name.as_str(), o))).into(),
-                );
+                return Ok(tool_result(&outcome, output.as_ref()).into());
             }
             ask::TaskStart::Ended(Err(message)) => {
                 return Err(ErrorData::internal_error(message, None));
@@ -785,10 +782,7 @@ impl PromptServer {
             Box::pin(async move {
                 match pending.run_as_task(first, name.clone(), task).await {
                     Ok((Outcome::Cancelled, _)) => Err(TaskExit::Cancelled),
-                    Ok((outcome, output)) => Ok(tool_result(
-                        &outcome,
-                        output.as_ref().map(|o| (name.as_str(), o)),
-                    )),
+                    Ok((outcome, output)) => Ok(tool_result(&outcome, output.as_ref())),
                     Err(message) => Err(TaskExit::Error(ErrorData::internal_error(message, None))),
                 }
             })
@@ -890,6 +884,12 @@ struct StopOnDrop {
 }
 
 impl StopOnDrop {
+    /// Cancels the run now (and wakes its Host to see it).
+    fn stop(&self) {
+        self.cancel.store(true, Ordering::Relaxed);
+        let _ = self.wake.send(crate::host::HostMessage::Wake);
+    }
+
     fn disarm(mut self) {
         self.armed = false;
     }
@@ -898,10 +898,14 @@ impl StopOnDrop {
 impl Drop for StopOnDrop {
     fn drop(&mut self) {
         if self.armed {
-            self.cancel.store(true, Ordering::Relaxed);
-            let _ = self.wake.send(crate::host::HostMessage::Wake);
+            self.stop();
         }
     }
+}
+
+/// The failure of a run whose thread ended without an outcome (it panicked or was aborted).
+fn run_stopped(e: tokio::task::JoinError) -> String {
+    format!("the run stopped: {e}")
 }
 
 /// A served prompt file as a resource: `promptforge://prompts/NAME`, NAME its tool name.
@@ -914,6 +918,8 @@ fn prompt_uri(name: &str) -> String {
 /// The file a run declared as its `output:`, as the run left it in its store.
 #[derive(Debug, Clone)]
 struct OutputFile {
+    /// The tool name of the prompt whose run wrote it (its URI names the prompt).
+    prompt: String,
     /// Its store path.
     path: String,
     bytes: Vec<u8>,
@@ -923,10 +929,10 @@ impl OutputFile {
     /// As an embedded resource: text when it is UTF-8, else base64, with a MIME type by its
     /// extension. The URI names the prompt and the store path; it is not readable later (the
     /// run's store is gone), which an embedded resource does not need.
-    fn resource(&self, prompt: &str) -> rmcp::model::ResourceContents {
+    fn resource(&self) -> rmcp::model::ResourceContents {
         use base64::Engine as _;
         use rmcp::model::ResourceContents;
-        let uri = format!("{}/output/{}", prompt_uri(prompt), self.path);
+        let uri = format!("{}/output/{}", prompt_uri(&self.prompt), self.path);
         match std::str::from_utf8(&self.bytes) {
             Ok(text) => {
                 ResourceContents::text(text, uri).with_mime_type(text_mime_type(&self.path))
@@ -1056,6 +1062,7 @@ fn run_entry(
                 .read_bytes(&decl.path)
                 .ok()
                 .map(|bytes| OutputFile {
+                    prompt: entry.tool.name.to_string(),
                     path: decl.path.clone(),
                     bytes,
                 })
@@ -1094,12 +1101,12 @@ fn operator_for(cx: &RequestContext<RoleServer>, entry: &Entry) -> Operator {
 
 /// A run's outcome as a tool result: the result text (and the object, when it is a JSON
 /// object), or a tool error naming the run error kind.
-fn tool_result(outcome: &Outcome, output: Option<(&str, &OutputFile)>) -> CallToolResult {
+fn tool_result(outcome: &Outcome, output: Option<&OutputFile>) -> CallToolResult {
     match outcome {
         Outcome::Completed(result) => {
             let mut content = vec![ContentBlock::text(result.clone())];
             // The declared output file, as an embedded resource beside the result text.
-            content.extend(output.map(|(name, file)| ContentBlock::resource(file.resource(name))));
+            content.extend(output.map(|file| ContentBlock::resource(file.resource())));
             let mut called = CallToolResult::success(content);
             if let Ok(value @ Json::Object(_)) = serde_json::from_str::<Json>(result) {
                 called.structured_content = Some(value);
@@ -1201,7 +1208,6 @@ impl ServerHandler for PromptServer {
                 return Ok(CallToolResult::error(vec![ContentBlock::text(message)]).into());
             }
         };
-        let name = entry.tool.name.to_string();
         if cx
             .client_capabilities()
             .is_some_and(|caps| caps.supports_tasks())
@@ -1212,7 +1218,7 @@ impl ServerHandler for PromptServer {
             return self.call_asking(entry, args, request, arguments, &cx).await;
         }
         let (outcome, output) = self.call(entry, args, &cx).await?;
-        Ok(tool_result(&outcome, output.as_ref().map(|o| (name.as_str(), o))).into())
+        Ok(tool_result(&outcome, output.as_ref()).into())
     }
 
     async fn list_prompts(
@@ -1251,14 +1257,13 @@ impl ServerHandler for PromptServer {
             ErrorData::invalid_params(message, None)
         })?;
         let description = entry.prompt.frontmatter.description.clone();
-        let name = entry.tool.name.to_string();
         let (outcome, output) = self.call(entry, args, &cx).await?;
         match &outcome {
             Outcome::Completed(result) => {
                 let mut messages = vec![PromptMessage::new_text(Role::User, result.clone())];
                 // The declared output file follows as an embedded resource.
                 messages.extend(output.map(|file| {
-                    PromptMessage::new(Role::User, ContentBlock::resource(file.resource(&name)))
+                    PromptMessage::new(Role::User, ContentBlock::resource(file.resource()))
                 }));
                 Ok(GetPromptResult::new(messages)
                     .with_description(description)
@@ -1945,23 +1950,25 @@ mod tests {
     #[test]
     fn output_files_embed_as_text_or_base64_with_a_mime_type() {
         let text = OutputFile {
+            prompt: "p".into(),
             path: "out/report.md".into(),
             bytes: b"# Report".to_vec(),
         };
-        let json = serde_json::to_value(text.resource("p")).unwrap_or_default();
+        let json = serde_json::to_value(text.resource()).unwrap_or_default();
         assert_eq!(
             json,
             json!({"uri": "promptforge://prompts/p/output/out/report.md",
                    "mimeType": "text/markdown", "text": "# Report"})
         );
         let png = OutputFile {
+            prompt: "p".into(),
             path: "chart.PNG".into(),
             bytes: vec![0x89, b'P', b'N', b'G', 0xff],
         };
-        let json = serde_json::to_value(png.resource("p")).unwrap_or_default();
+        let json = serde_json::to_value(png.resource()).unwrap_or_default();
         assert_eq!(json["mimeType"], "image/png");
         assert_eq!(json["blob"], "iVBOR/8=");
-        let done = tool_result(&Outcome::Completed("ok".into()), Some(("p", &png)));
+        let done = tool_result(&Outcome::Completed("ok".into()), Some(&png));
         assert_eq!(done.content.len(), 2);
     }
 

@@ -118,7 +118,7 @@ fn answer_in(reply: Json) -> Result<String, String> {
 
 /// What a call's run ended with, from the task it ran in.
 fn joined(ended: Result<Ended, tokio::task::JoinError>) -> Ended {
-    ended.unwrap_or_else(|e| Err(format!("the run stopped: {e}")))
+    ended.unwrap_or_else(|e| Err(super::run_stopped(e)))
 }
 
 /// The answer in an accepted elicitation's content: the `answer` string asked for; a client
