@@ -159,7 +159,7 @@ unsafe fn array_slot(t: *const RawTable, k: u32) -> Slot {
             .cast::<u8>()
             .add(std::mem::size_of::<c_uint>() + k as usize)
             .read();
-        if tag & 0x0F == 0 {
+        if empty(tag) {
             return EMPTY;
         }
         let value = if has_payload(tag) {
@@ -185,7 +185,7 @@ unsafe fn node_slot(t: *const RawTable, i: usize) -> Slot {
     unsafe {
         let node = std::ptr::addr_of!((*t).node).read().add(i);
         let tag = std::ptr::addr_of!((*node).tt).read();
-        if tag & 0x0F == 0 {
+        if empty(tag) {
             return EMPTY;
         }
         let key_tag = std::ptr::addr_of!((*node).key_tt).read();
@@ -229,9 +229,9 @@ unsafe fn each_slot(t: *const RawTable, mut f: impl FnMut(Slot) -> bool) -> bool
     }
 }
 
-/// Whether a slot is empty (`isempty`: a nil tag of any variant).
-fn empty(slot: &Slot) -> bool {
-    slot.tag & 0x0F == 0
+/// Whether a slot with this tag is empty (`isempty`: a nil tag of any variant).
+fn empty(tag: u8) -> bool {
+    tag & 0x0F == 0
 }
 
 /// The slot `i` of `t` in storage order: the array part's `asize` slots, then the nodes.
@@ -414,7 +414,7 @@ impl RawSnapshot {
                     warm(t, asize, k);
                 }
                 k = k.saturating_add(1);
-                if empty(&slot) {
+                if empty(slot.tag) {
                     gap |= in_array;
                     return true;
                 }
@@ -522,7 +522,7 @@ fn probe() -> mlua::Result<bool> {
             let mut k = 0u32;
             each_slot(address, |slot| {
                 k += 1;
-                if !empty(&slot) {
+                if !empty(slot.tag) {
                     let key = if k <= asize {
                         (INTEGER_TAG, u64::from(k))
                     } else {

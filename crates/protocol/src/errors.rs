@@ -104,6 +104,11 @@ pub struct ErrorValue {
     pub run_kind: Option<RunErrorKind>,
 }
 
+/// How the `Binding` failure of a model round run with no role selected opens (`model binding
+/// required for section NAME`): the section VM writes it, and a Host that hints at the fix
+/// recognises it by this opening.
+pub const BINDING_REQUIRED: &str = "model binding required for section";
+
 fn empty_object() -> Json {
     Json::Object(Map::new())
 }

@@ -33,7 +33,7 @@ use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
 use serde_json::{Map, Value, json};
 
 use super::error::{ModelError, classify_stream_error};
-use super::http::{Endpoint, EventStream, finish_stream, key_header};
+use super::http::{Endpoint, EventStream, finish_stream, key_header, unencodable};
 use super::openai::decode_arguments;
 use super::provider::{ModelFuture, ModelLimits, ModelProvider, ReplyObserver};
 use super::sse::Event;
@@ -135,8 +135,7 @@ impl AnthropicProvider {
         if let Some(key) = &self.api_key {
             headers.insert(HeaderName::from_static("x-api-key"), key_header(key)?);
         }
-        let body = serde_json::to_vec(&self.request_body(request))
-            .map_err(|e| ModelError::malformed(format!("could not encode the request: {e}")))?;
+        let body = serde_json::to_vec(&self.request_body(request)).map_err(unencodable)?;
         self.endpoint
             .round(headers, body.into(), whole_reply, observer, read_stream)
             .await

@@ -425,9 +425,14 @@ fn provider_message(body: &str) -> Option<String> {
     (!line.is_empty()).then_some(line)
 }
 
+/// The error for a request body that cannot be encoded (every provider's).
+pub(crate) fn unencodable(e: serde_json::Error) -> ModelError {
+    ModelError::malformed(format!("could not encode the request: {e}"))
+}
+
 /// Whether a URL's host is this machine (`localhost` or a loopback address): a key may
 /// travel to it in cleartext, and an OAuth server beside it may be private.
-pub(crate) fn is_loopback(url: &url::Url) -> bool {
+pub fn is_loopback(url: &url::Url) -> bool {
     match url.host() {
         Some(url::Host::Domain(d)) => d.eq_ignore_ascii_case("localhost"),
         Some(url::Host::Ipv4(ip)) => ip.is_loopback(),

@@ -36,6 +36,7 @@ pub use catalog::{
     QuickKind, ResolvedModel, ThinkingParam,
 };
 pub use error::{ModelError, OversizeKind, classify_http_failure, is_context_overflow_text};
+pub use http::is_loopback;
 pub use openai::{MaxTokensField, OpenAiOptions, OpenAiProvider, OpenAiThinking};
 pub use provider::{IgnoreFragments, ModelFuture, ModelLimits, ModelProvider, ReplyObserver};
 pub use round::{reply_answer, round_request};

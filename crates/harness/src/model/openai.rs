@@ -29,7 +29,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
 
 use super::error::{ModelError, classify_stream_error};
-use super::http::{Endpoint, EventStream, finish_stream, key_header};
+use super::http::{Endpoint, EventStream, finish_stream, key_header, unencodable};
 use super::provider::{ModelFuture, ModelLimits, ModelProvider, ReplyObserver};
 use super::sse::Event;
 use super::types::{
@@ -285,11 +285,6 @@ struct WireCache {
     ends: Vec<usize>,
     /// The tools last offered and their wire form.
     tools: Option<(Arc<[ToolSpec]>, Vec<u8>)>,
-}
-
-/// The error for a body that cannot be encoded.
-fn unencodable(e: serde_json::Error) -> ModelError {
-    ModelError::malformed(format!("could not encode the request: {e}"))
 }
 
 impl WireCache {

@@ -8,7 +8,6 @@ pub(super) const OPS: &[(&str, Op)] = &[
     ("var_data", var_data),
     ("load_module", load_module),
     ("json_ok", json_ok),
-    ("scalar_text", scalar_text),
     ("normalize", normalize),
     ("json_copy", json_copy),
     ("debug_notation", debug_notation),
@@ -55,15 +54,6 @@ fn json_ok(call: Call<'_>) -> mlua::Result<MultiValue> {
         ..
     } = call;
     json::to_json(&a, "args").is_ok().into_lua_multi(lua)
-}
-
-fn scalar_text(call: Call<'_>) -> mlua::Result<MultiValue> {
-    let Call {
-        lua,
-        args: [a, _, _, _],
-        ..
-    } = call;
-    value_or_message(lua, scalar_result(&a).map(|text| text.unwrap_or_default()))
 }
 
 fn normalize(call: Call<'_>) -> mlua::Result<MultiValue> {

@@ -107,7 +107,11 @@ fn round_model(call: Call<'_>) -> mlua::Result<MultiValue> {
             .into_lua_multi(lua),
         None => (
             Value::Nil,
-            format!("model binding required for section {}", st.section_name),
+            format!(
+                "{} {}",
+                promptforge_protocol::errors::BINDING_REQUIRED,
+                st.section_name
+            ),
         )
             .into_lua_multi(lua),
     }
