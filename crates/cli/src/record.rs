@@ -265,7 +265,7 @@ impl Recorder {
             Some(path),
             &old.header,
         )
-        .and_then(|r| r.journal_started(invocation, owned, false));
+        .and_then(|r| r.journal_started(invocation, owned));
         let mut recorder = match started {
             Ok(recorder) => recorder,
             Err(e) => {
@@ -281,13 +281,8 @@ impl Recorder {
         for (id, answer) in &old.arrived {
             recorder.carried(*id, old.requests.get(id), answer, None);
         }
-        let synced = match recorder.durable_now() {
-            Some(file) => file
-                .sync_data()
-                .map_err(|e| format!("the run journal {}: {e}", next.display())),
-            None => Ok(()),
-        };
-        let renamed = synced
+        let renamed = recorder
+            .sync_journal(&next.display().to_string())
             .and_then(|()| recorder.failed.take().map_or(Ok(()), Err))
             .and_then(|()| {
                 std::fs::rename(&next, path)
@@ -311,22 +306,29 @@ impl Recorder {
         invocation: &Invocation,
         owned: bool,
     ) -> Result<Recorder, String> {
-        self.journal_started(invocation, owned, true)
+        let mut recorder = self.journal_started(invocation, owned)?;
+        recorder.sync_journal(&recorder.shown_path())?;
+        if let Some(path) = &recorder.path {
+            sync_dir(path);
+        }
+        match recorder.failed.take() {
+            Some(failed) => Err(failed),
+            None => Ok(recorder),
+        }
     }
 
-    /// [`Recorder::journaled`]; `durable`: the opening lines reach the disk before it returns
-    /// (a resumed run's journal, written beside the old one, syncs once, just before it takes
-    /// the old one's place).
-    fn journal_started(
-        mut self,
-        invocation: &Invocation,
-        owned: bool,
-        durable: bool,
-    ) -> Result<Recorder, String> {
-        let name = self
-            .path
+    /// The file's name as errors show it.
+    fn shown_path(&self) -> String {
+        self.path
             .as_ref()
-            .map_or_else(String::new, |p| p.display().to_string());
+            .map_or_else(String::new, |p| p.display().to_string())
+    }
+
+    /// The journal's opening lines, not yet synced: [`Recorder::journaled`] syncs them at
+    /// once; a resumed run's journal, written beside the old one, syncs once its carried
+    /// answers are in, just before it takes the old one's place.
+    fn journal_started(mut self, invocation: &Invocation, owned: bool) -> Result<Recorder, String> {
+        let name = self.shown_path();
         // The file was locked when it was opened (`open_locked`), and stays locked while the
         // run lives.
         self.write(&json!({ "invocation": invocation }));
@@ -345,18 +347,17 @@ impl Recorder {
             sync,
             owned,
         });
-        if durable {
-            if let Some(file) = self.durable_now() {
-                file.sync_data()
-                    .map_err(|e| format!("the run journal {name}: {e}"))?;
-            }
-            if let Some(path) = &self.path {
-                sync_dir(path);
-            }
-        }
-        match self.failed.take() {
-            Some(failed) => Err(failed),
-            None => Ok(self),
+        Ok(self)
+    }
+
+    /// What the journal holds reaches the disk (nothing to do when nothing is new or the
+    /// journal is not synced); `shown` names the file in an error.
+    fn sync_journal(&mut self, shown: &str) -> Result<(), String> {
+        match self.durable_now() {
+            Some(file) => file
+                .sync_data()
+                .map_err(|e| format!("the run journal {shown}: {e}")),
+            None => Ok(()),
         }
     }
 

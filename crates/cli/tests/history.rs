@@ -411,11 +411,10 @@ fn rounds_and_tool_calls_are_events_and_a_round_can_be_read_back() {
 fn metered_server() -> support::LocalServer {
     use axum::body::Body;
     use axum::response::Response;
-    use axum::routing::post;
-    let app = axum::Router::new().route(
-        "/v1/chat/completions",
-        post(|| async {
-            let content = serde_json::json!({"choices": [{"index": 0, "delta": {"content": "ok"}}]});
+    support::LocalServer::chat(
+        || async {
+            let content =
+                serde_json::json!({"choices": [{"index": 0, "delta": {"content": "ok"}}]});
             let end = serde_json::json!({"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}],
                              "usage": {"prompt_tokens": 1000, "completion_tokens": 500}});
             Response::builder()
@@ -424,9 +423,9 @@ fn metered_server() -> support::LocalServer {
                     "data: {content}\n\ndata: {end}\n\ndata: [DONE]\n\n"
                 )))
                 .unwrap()
-        }),
-    );
-    support::LocalServer::start(app)
+        },
+        (),
+    )
 }
 
 #[test]
@@ -543,16 +542,14 @@ fn a_version_2_record_without_round_events_still_replays_identically() {
 
 #[test]
 fn a_run_not_ended_is_shown_from_its_journal_with_the_round_it_waits_on() {
-    use axum::Router;
-    use axum::routing::post;
     // A model server that never answers in time: the run waits on its first round.
-    let server = support::LocalServer::start(Router::new().route(
-        "/v1/chat/completions",
-        post(|| async {
+    let server = support::LocalServer::chat(
+        || async {
             tokio::time::sleep(std::time::Duration::from_secs(60)).await;
             "late"
-        }),
-    ));
+        },
+        (),
+    );
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(
         dir.path().join("wait.md"),

@@ -135,24 +135,22 @@ fn post_in_session(addr: &str, session: Option<&str>, body: &str) -> TcpStream {
 
 #[test]
 fn a_client_that_vanishes_has_its_calls_stopped_after_the_idle_timeout() {
-    use axum::Router;
-    use axum::routing::post as route_post;
     use std::sync::Arc;
     use std::sync::atomic::{AtomicUsize, Ordering};
     // A model server that never answers, counting the rounds that reach it.
     let rounds = Arc::new(AtomicUsize::new(0));
     let counted = rounds.clone();
-    let hanging = support::LocalServer::start(Router::new().route(
-        "/v1/chat/completions",
-        route_post(move || {
+    let hanging = support::LocalServer::chat(
+        move || {
             let counted = counted.clone();
             async move {
                 counted.fetch_add(1, Ordering::SeqCst);
                 std::future::pending::<()>().await;
                 ""
             }
-        }),
-    ));
+        },
+        (),
+    );
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(
         dir.path().join("ask.md"),

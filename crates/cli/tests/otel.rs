@@ -59,7 +59,7 @@ fn run(content: bool) -> Vec<Value> {
             .route("/v1/traces", post(traces))
             .with_state(seen.clone()),
     );
-    let model = LocalServer::start(Router::new().route("/v1/chat/completions", post(chat)));
+    let model = LocalServer::chat(chat, ());
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join("pair.md"), PROMPT).unwrap();
     let mut cmd = promptforge(dir.path());

@@ -1762,15 +1762,7 @@ fn origin_allowed(origin: Option<&str>, allowed: &[String]) -> bool {
     let Ok(url) = url::Url::parse(origin) else {
         return false;
     };
-    if !matches!(url.scheme(), "http" | "https") {
-        return false;
-    }
-    match url.host() {
-        Some(url::Host::Domain(name)) => name.eq_ignore_ascii_case("localhost"),
-        Some(url::Host::Ipv4(ip)) => ip.is_loopback(),
-        Some(url::Host::Ipv6(ip)) => ip.is_loopback(),
-        None => false,
-    }
+    matches!(url.scheme(), "http" | "https") && promptforge_harness::model::is_loopback(&url)
 }
 
 async fn guard(

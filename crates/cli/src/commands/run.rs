@@ -551,7 +551,9 @@ fn hints(path: &std::path::Path, no_args: bool, finished: &Finished) -> Vec<Stri
             ));
         }
     }
-    if err.kind == RunErrorKind::Binding && message.starts_with("model binding required") {
+    if err.kind == RunErrorKind::Binding
+        && message.starts_with(promptforge_protocol::errors::BINDING_REQUIRED)
+    {
         // The prompt runs a round with no role selected: a --model cannot fix that.
         hints.push(
             "a model round ran with no model role selected: call `models.use('ROLE')` in the \

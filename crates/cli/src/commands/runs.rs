@@ -370,14 +370,17 @@ fn show(history: &History, id: i64, shown: Shown, html: Option<&Path>) -> Result
         return Ok(());
     }
     // Effects still out (a run not ended): shown where they were issued, as waiting.
-    let answered: std::collections::BTreeSet<u64> = timeline
-        .bars
-        .iter()
-        .filter(|b| b.end_ms.is_some())
-        .map(|b| b.effect)
-        .collect();
-    for (effect, (kind, _, issued, issued_at)) in &requests {
-        if from_journal && !answered.contains(effect) {
+    if from_journal {
+        let answered: std::collections::BTreeSet<u64> = timeline
+            .bars
+            .iter()
+            .filter(|b| b.end_ms.is_some())
+            .map(|b| b.effect)
+            .collect();
+        for (effect, (kind, _, issued, issued_at)) in &requests {
+            if answered.contains(effect) {
+                continue;
+            }
             let text = match round_of(&rounds, *effect) {
                 Some((n, round)) => format!(
                     "[task {}] model round {n} (effect {effect}): waiting for the model",
