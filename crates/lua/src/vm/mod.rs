@@ -36,6 +36,31 @@ use promptforge_protocol::request::SectionRequest;
 
 /// The memory ceiling of one section VM.
 pub const MEMORY_LIMIT: usize = 64 * 1024 * 1024;
+
+/// Builds a Lua value out of data the Host holds (an answer, a copy of JSON data) with the
+/// ceiling lifted, then holds the VM to it: mlua guards every table and string it creates with
+/// a Lua `pcall` while a limit is set (about 2,000 instructions each), which made converting a
+/// model's reply a tenth of a round. What the value holds counts all the same: when the VM is
+/// over the ceiling afterwards, a full collection runs (the emergency collection an allocation
+/// under the limit would have run) and, if that is not enough, the value is dropped and the
+/// build fails with Lua's own memory error, as it would have under the limit.
+pub(crate) fn beyond_ceiling<T>(
+    lua: &Lua,
+    build: impl FnOnce() -> mlua::Result<T>,
+) -> mlua::Result<T> {
+    let limit = lua.set_memory_limit(0)?;
+    let built = build();
+    lua.set_memory_limit(limit)?;
+    let built = built?;
+    if limit > 0 && lua.used_memory() > limit {
+        lua.gc_collect()?;
+        if lua.used_memory() > limit {
+            drop(built);
+            return Err(mlua::Error::MemoryError("not enough memory".to_owned()));
+        }
+    }
+    Ok(built)
+}
 /// Default log checkpoints per section VM.
 pub const DEFAULT_LOG_EVENTS: u32 = 1024;
 /// Log bytes allowed per allowed checkpoint.
@@ -795,21 +820,21 @@ impl SectionVm {
         match answer {
             None => Ok((true, Value::Nil)),
             Some(Answer::Value(value)) => {
-                let lua_value = json::from_json(&self.lua, &value)?;
+                let lua_value = beyond_ceiling(&self.lua, || json::from_json(&self.lua, &value))?;
                 // A model reply (the one answer that carries `tool_calls`) is kept for the
                 // loop's checks; any other answer leaves no copy behind.
                 self.shared.borrow_mut().last_reply =
                     value.get("tool_calls").is_some().then_some(value);
                 Ok((true, lua_value))
             }
-            Some(Answer::Error(err)) => {
+            Some(Answer::Error(err)) => beyond_ceiling(&self.lua, || {
                 let t = self.lua.create_table()?;
                 t.raw_set("kind", err.kind)?;
                 t.raw_set("message", err.message)?;
                 t.raw_set("fields", json::from_json(&self.lua, &err.fields)?)?;
                 t.raw_set("run_kind", err.run_kind.map_or("", RunErrorKind::as_str))?;
                 Ok((false, Value::Table(t)))
-            }
+            }),
         }
     }
 
@@ -1818,6 +1843,43 @@ mod tests {
             ),
             "{step:?}"
         );
+    }
+
+    /// Resumes a block suspended at `tasks.concurrency()` with a 40 MiB string as the answer.
+    fn answered_with_a_large_string(source: &str) -> BlockStep {
+        let (step, mut vm) = run(config(false), source, "");
+        assert!(matches!(step, BlockStep::Suspended(_)), "{step:?}");
+        vm.resume(Some(Answer::Value(Json::String("y".repeat(40 << 20)))))
+    }
+
+    #[test]
+    fn an_answer_past_the_ceiling_fails_as_lua_memory_error() {
+        // 30 MiB kept alive, then a 40 MiB answer: the VM would hold more than its ceiling.
+        let step = answered_with_a_large_string(
+            "local keep = {} for i = 1, 30 do keep[i] = string.rep('x', 1 << 20) .. i end \
+             local v = tasks.concurrency() return tostring(#v + #keep)",
+        );
+        match step {
+            BlockStep::Failed(f) => {
+                assert_eq!(f.kind, FailureKind::Lua);
+                assert_eq!(f.message, "not enough memory");
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn an_answer_that_fits_once_garbage_is_collected_is_delivered() {
+        // The same 30 MiB, garbage by the time the answer arrives: the collection an
+        // allocation under the ceiling would have run makes room for it.
+        let step = answered_with_a_large_string(
+            "do local t = {} for i = 1, 30 do t[i] = string.rep('x', 1 << 20) .. i end end \
+             local v = tasks.concurrency() return tostring(#v)",
+        );
+        match step {
+            BlockStep::Finished(Some(text)) => assert_eq!(text, (40 << 20).to_string()),
+            other => panic!("{other:?}"),
+        }
     }
 
     #[test]

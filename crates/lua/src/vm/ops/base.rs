@@ -92,7 +92,11 @@ fn json_copy(call: Call<'_>) -> mlua::Result<MultiValue> {
         _ => "var".to_owned(),
     };
     match crate::json_raw::to_json(lua, &a, &path) {
-        Ok(data) => (json::from_json(lua, &data)?, Value::Nil).into_lua_multi(lua),
+        Ok(data) => (
+            crate::vm::beyond_ceiling(lua, || json::from_json(lua, &data))?,
+            Value::Nil,
+        )
+            .into_lua_multi(lua),
         Err(not_json) => (Value::Nil, not_json.message()).into_lua_multi(lua),
     }
 }
