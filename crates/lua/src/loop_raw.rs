@@ -112,16 +112,25 @@ const EMPTY: Slot = Slot {
     key: 0,
 };
 
-/// An entry of an image: a table's header, one of its slots, or a mark no table matches.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Item {
-    Table {
-        address: usize,
-        lsizenode: u8,
-        asize: u32,
-    },
-    Slot(Slot),
-    Never,
+/// An image is a list of words. A table is its address, its shape ([`shape`]), then each of
+/// its slots in storage order: one word of tags ([`tags`]; 0 for an empty slot) followed by
+/// the payloads those tags say exist (the value, then the key), a slot holding a table
+/// followed at once by that table's image. Equal words up to a slot's tags mean equal
+/// layouts from there, so the live table and the image are read in step without markers.
+type Word = u64;
+
+/// The image of a record no table matches (one taken too deep, or of a non-table): no live
+/// table sits at address 0.
+const NEVER: Word = 0;
+
+/// A table's sizes as one word.
+fn shape(asize: u32, lsizenode: u8) -> Word {
+    (Word::from(asize) << 8) | Word::from(lsizenode)
+}
+
+/// A slot's tags as one word (an array slot's key tag is 0).
+fn tags(slot: Slot) -> Word {
+    Word::from(slot.tag) | (Word::from(slot.key_tag) << 8)
 }
 
 /// Whether this process's Lua lays tables out as [`RawTable`] says (checked once, see the
@@ -248,29 +257,31 @@ unsafe fn slot(t: *const RawTable, asize: u32, i: usize) -> Slot {
     }
 }
 
-/// Appends the image of the table at `t` to `items`: its header, then each slot, a slot
-/// holding a table followed at once by that table's image; `levels` deep at most (`false`
-/// when it goes deeper).
+/// Appends the image of the table at `t` to `image`, `levels` deep at most (`false` when it
+/// goes deeper).
 ///
 /// # Safety
 /// As [`header`].
-unsafe fn take(t: *const RawTable, items: &mut Vec<Item>, levels: usize) -> bool {
+unsafe fn take(t: *const RawTable, image: &mut Vec<Word>, levels: usize) -> bool {
     if levels == 0 {
         return false;
     }
     // SAFETY: the caller's contract; nested tables are reached through `t`'s own slots.
     unsafe {
         let (_, lsizenode, asize) = header(t);
-        items.push(Item::Table {
-            address: t as usize,
-            lsizenode,
-            asize,
-        });
+        image.push(t as usize as Word);
+        image.push(shape(asize, lsizenode));
         for i in 0..asize as usize + (1usize << lsizenode) {
             let slot = slot(t, asize, i);
-            items.push(Item::Slot(slot));
+            image.push(tags(slot));
+            if has_payload(slot.tag) {
+                image.push(slot.value);
+            }
+            if has_payload(slot.key_tag) {
+                image.push(slot.key);
+            }
             if slot.tag == TABLE_TAG
-                && !take(slot.value as usize as *const RawTable, items, levels - 1)
+                && !take(slot.value as usize as *const RawTable, image, levels - 1)
             {
                 return false;
             }
@@ -279,32 +290,54 @@ unsafe fn take(t: *const RawTable, items: &mut Vec<Item>, levels: usize) -> bool
     }
 }
 
-/// Whether the table at `t` matches the image at `items[*at..]`; advances `at` past it.
+/// Reads an image word by word; a read past its end gives `None`, which no live word equals.
+struct Cursor<'a> {
+    image: &'a [Word],
+    at: usize,
+}
+
+impl Cursor<'_> {
+    #[inline]
+    fn matches(&mut self, word: Word) -> bool {
+        let same = self.image.get(self.at) == Some(&word);
+        self.at += 1;
+        same
+    }
+
+    /// Whether `slot` is the next slot of the image (its tags and payloads).
+    #[inline]
+    fn matches_slot(&mut self, slot: Slot) -> bool {
+        self.matches(tags(slot))
+            && (!has_payload(slot.tag) || self.matches(slot.value))
+            && (!has_payload(slot.key_tag) || self.matches(slot.key))
+    }
+}
+
+/// Whether the table at `t` matches the image under `cursor`; advances the cursor past it.
 ///
 /// # Safety
 /// As [`header`].
-unsafe fn same(t: *const RawTable, items: &[Item], at: &mut usize) -> bool {
+unsafe fn same(t: *const RawTable, cursor: &mut Cursor<'_>) -> bool {
     // SAFETY: the caller's contract; nested tables are reached through `t`'s own slots, and
     // an equal slot names the table its image was taken from.
     unsafe {
         let (_, lsizenode, asize) = header(t);
-        if items.get(*at)
-            != Some(&Item::Table {
-                address: t as usize,
-                lsizenode,
-                asize,
-            })
-        {
+        if !cursor.matches(t as usize as Word) || !cursor.matches(shape(asize, lsizenode)) {
             return false;
         }
-        *at += 1;
-        for i in 0..asize as usize + (1usize << lsizenode) {
-            let slot = slot(t, asize, i);
-            if items.get(*at) != Some(&Item::Slot(slot)) {
+        for k in 0..asize {
+            let slot = array_slot(t, k);
+            if !cursor.matches_slot(slot)
+                || (slot.tag == TABLE_TAG && !same(slot.value as usize as *const RawTable, cursor))
+            {
                 return false;
             }
-            *at += 1;
-            if slot.tag == TABLE_TAG && !same(slot.value as usize as *const RawTable, items, at) {
+        }
+        for i in 0..1usize << lsizenode {
+            let slot = node_slot(t, i);
+            if !cursor.matches_slot(slot)
+                || (slot.tag == TABLE_TAG && !same(slot.value as usize as *const RawTable, cursor))
+            {
                 return false;
             }
         }
@@ -368,8 +401,9 @@ pub(crate) enum Scan {
 pub(crate) struct RawSnapshot {
     /// The list's own address (the shim keeps it alive as `state.list`).
     list: Option<usize>,
-    items: Vec<Item>,
-    /// Where each remembered record starts in `items`.
+    /// The remembered records' images, one after the other.
+    image: Vec<Word>,
+    /// Where each remembered record's image starts in `image`.
     starts: Vec<usize>,
 }
 
@@ -382,10 +416,10 @@ impl RawSnapshot {
         self.starts.len()
     }
 
-    fn record(&self, i: usize) -> Option<&[Item]> {
+    fn record(&self, i: usize) -> Option<&[Word]> {
         let start = *self.starts.get(i)?;
-        let end = self.starts.get(i + 1).copied().unwrap_or(self.items.len());
-        self.items.get(start..end)
+        let end = self.starts.get(i + 1).copied().unwrap_or(self.image.len());
+        self.image.get(start..end)
     }
 
     /// The walk of `Snapshot::unchanged_prefix` (`loop_walk.rs`) over raw slots. Only
@@ -435,9 +469,9 @@ impl RawSnapshot {
                             .ok()
                             .and_then(|i| self.record(i))
                             .is_some_and(|held| {
-                                let mut at = 0;
-                                same(slot.value as usize as *const RawTable, held, &mut at)
-                                    && at == held.len()
+                                let mut cursor = Cursor { image: held, at: 0 };
+                                same(slot.value as usize as *const RawTable, &mut cursor)
+                                    && cursor.at == held.len()
                             });
                     if reuse {
                         p = n;
@@ -458,20 +492,20 @@ impl RawSnapshot {
     pub(crate) fn remember(&mut self, table: &Table, kept: usize) -> mlua::Result<()> {
         let kept = kept.min(self.len());
         if let Some(&start) = self.starts.get(kept) {
-            self.items.truncate(start);
+            self.image.truncate(start);
         }
         self.starts.truncate(kept);
         self.list = Some(table.to_pointer() as usize);
         for n in kept.saturating_add(1)..=table.raw_len() {
             let record: Value = table.raw_get(n)?;
-            self.starts.push(self.items.len());
+            self.starts.push(self.image.len());
             let complete = match &record {
                 // SAFETY: `record` holds the table alive while its image is taken, and the
                 // layout is vouched for; see the module's soundness section.
                 Value::Table(t) => unsafe {
                     take(
                         t.to_pointer().cast::<RawTable>(),
-                        &mut self.items,
+                        &mut self.image,
                         MAX_LEVELS,
                     )
                 },
@@ -479,8 +513,8 @@ impl RawSnapshot {
             };
             if !complete {
                 let start = self.starts.last().copied().unwrap_or(0);
-                self.items.truncate(start);
-                self.items.push(Item::Never);
+                self.image.truncate(start);
+                self.image.push(NEVER);
             }
         }
         Ok(())
