@@ -262,7 +262,12 @@ unsafe fn slot(t: *const RawTable, asize: u32, i: usize) -> Slot {
 ///
 /// # Safety
 /// As [`header`].
-unsafe fn take(t: *const RawTable, image: &mut Vec<Word>, levels: usize) -> bool {
+unsafe fn take(
+    t: *const RawTable,
+    image: &mut Vec<Word>,
+    hints: &mut Vec<usize>,
+    levels: usize,
+) -> bool {
     if levels == 0 {
         return false;
     }
@@ -271,6 +276,17 @@ unsafe fn take(t: *const RawTable, image: &mut Vec<Word>, levels: usize) -> bool
         let (_, lsizenode, asize) = header(t);
         image.push(t as usize as Word);
         image.push(shape(asize, lsizenode));
+        hints.push(t as usize);
+        let node = std::ptr::addr_of!((*t).node).read() as usize;
+        hints.push(node);
+        if lsizenode > 0 {
+            // A second node line: four 24-byte nodes span two.
+            hints.push(node + 64);
+        }
+        if asize > 0 {
+            // The first value sits just below the `array` pointer, the tags just above it.
+            hints.push((std::ptr::addr_of!((*t).array).read() as usize).wrapping_sub(8));
+        }
         for i in 0..asize as usize + (1usize << lsizenode) {
             let slot = slot(t, asize, i);
             image.push(tags(slot));
@@ -281,7 +297,7 @@ unsafe fn take(t: *const RawTable, image: &mut Vec<Word>, levels: usize) -> bool
                 image.push(slot.key);
             }
             if slot.tag == TABLE_TAG
-                && !take(slot.value as usize as *const RawTable, image, levels - 1)
+                && !take(slot.value as usize as *const RawTable, image, hints, levels - 1)
             {
                 return false;
             }
@@ -345,36 +361,8 @@ unsafe fn same(t: *const RawTable, cursor: &mut Cursor<'_>) -> bool {
     }
 }
 
-/// How many records ahead of the one compared [`warm`] asks for: its table, and the nodes of
-/// the record half as far ahead (whose table was asked for earlier).
-const AHEAD: u32 = 6;
-
-/// Asks the processor to bring in what the walk reads next, while it compares record `k` of
-/// the list `t`: the table of record `k + AHEAD` and the nodes of record `k + AHEAD / 2`. A
-/// hint only: the walk reads the same memory, in the same order, either way.
-///
-/// # Safety
-/// As [`header`] for the list `t`, and `k < asize`.
-unsafe fn warm(t: *const RawTable, asize: u32, k: u32) {
-    // SAFETY: the slots read are below `asize`; a record's table is read only when its slot
-    // holds a table (live, reached through the list); a prefetch never faults, whatever the
-    // address.
-    unsafe {
-        let table_at = |i: u32| -> Option<*const RawTable> {
-            if i >= asize {
-                return None;
-            }
-            let slot = array_slot(t, i);
-            (slot.tag == TABLE_TAG).then_some(slot.value as usize as *const RawTable)
-        };
-        if let Some(far) = table_at(k.saturating_add(AHEAD)) {
-            prefetch(far.cast());
-        }
-        if let Some(near) = table_at(k.saturating_add(AHEAD / 2)) {
-            prefetch(std::ptr::addr_of!((*near).node).read().cast());
-        }
-    }
-}
+/// How many records ahead of the one compared the walk asks the processor for.
+const AHEAD: usize = 4;
 
 /// A prefetch hint for the cache line at `address` (nothing on other targets).
 #[inline]
@@ -405,6 +393,15 @@ pub(crate) struct RawSnapshot {
     image: Vec<Word>,
     /// Where each remembered record's image starts in `image`.
     starts: Vec<usize>,
+    /// The memory each remembered record's walk reads (each table's header, the lines of
+    /// its nodes and the start of its array part), as taken: what the walk asks the
+    /// processor for a few records ahead. A record's tables lie one behind another (the
+    /// record, its calls, a call, its arguments), so without the hints each is a miss the
+    /// next one waits for. Only hints: an address is never followed, and one gone stale
+    /// (the record changed) costs a wasted fetch.
+    hints: Vec<usize>,
+    /// Where each remembered record's hints start in `hints`.
+    hint_starts: Vec<usize>,
 }
 
 impl RawSnapshot {
@@ -414,6 +411,17 @@ impl RawSnapshot {
 
     pub(crate) fn len(&self) -> usize {
         self.starts.len()
+    }
+
+    /// Asks the processor for what comparing record `i` will read.
+    fn warm(&self, i: usize) {
+        let Some(&start) = self.hint_starts.get(i) else {
+            return;
+        };
+        let end = self.hint_starts.get(i + 1).copied().unwrap_or(self.hints.len());
+        for &address in self.hints.get(start..end).unwrap_or_default() {
+            prefetch(address as *const u8);
+        }
     }
 
     fn record(&self, i: usize) -> Option<&[Word]> {
@@ -445,7 +453,7 @@ impl RawSnapshot {
             each_slot(t, |slot| {
                 let in_array = k < asize;
                 if in_array && reuse {
-                    warm(t, asize, k);
+                    self.warm(k as usize + AHEAD);
                 }
                 k = k.saturating_add(1);
                 if empty(slot.tag) {
@@ -495,10 +503,15 @@ impl RawSnapshot {
             self.image.truncate(start);
         }
         self.starts.truncate(kept);
+        if let Some(&start) = self.hint_starts.get(kept) {
+            self.hints.truncate(start);
+        }
+        self.hint_starts.truncate(kept);
         self.list = Some(table.to_pointer() as usize);
         for n in kept.saturating_add(1)..=table.raw_len() {
             let record: Value = table.raw_get(n)?;
             self.starts.push(self.image.len());
+            self.hint_starts.push(self.hints.len());
             let complete = match &record {
                 // SAFETY: `record` holds the table alive while its image is taken, and the
                 // layout is vouched for; see the module's soundness section.
@@ -506,6 +519,7 @@ impl RawSnapshot {
                     take(
                         t.to_pointer().cast::<RawTable>(),
                         &mut self.image,
+                        &mut self.hints,
                         MAX_LEVELS,
                     )
                 },
@@ -515,6 +529,8 @@ impl RawSnapshot {
                 let start = self.starts.last().copied().unwrap_or(0);
                 self.image.truncate(start);
                 self.image.push(NEVER);
+                let start = self.hint_starts.last().copied().unwrap_or(0);
+                self.hints.truncate(start);
             }
         }
         Ok(())
