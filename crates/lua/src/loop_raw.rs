@@ -297,7 +297,12 @@ unsafe fn take(
                 image.push(slot.key);
             }
             if slot.tag == TABLE_TAG
-                && !take(slot.value as usize as *const RawTable, image, hints, levels - 1)
+                && !take(
+                    slot.value as usize as *const RawTable,
+                    image,
+                    hints,
+                    levels - 1,
+                )
             {
                 return false;
             }
@@ -418,7 +423,11 @@ impl RawSnapshot {
         let Some(&start) = self.hint_starts.get(i) else {
             return;
         };
-        let end = self.hint_starts.get(i + 1).copied().unwrap_or(self.hints.len());
+        let end = self
+            .hint_starts
+            .get(i + 1)
+            .copied()
+            .unwrap_or(self.hints.len());
         for &address in self.hints.get(start..end).unwrap_or_default() {
             prefetch(address as *const u8);
         }

@@ -2,7 +2,14 @@
 //! reading a streamed reply under the per-chunk timeout and the response cap, reading and
 //! classifying error replies, and decoding server-sent events.
 //!
-//! reqwest has no per-chunk timeout (its `timeout` bounds the whole request, which would cut
+//! A round goes out on hyper's pooled client directly, unless a proxy applies to its URL
+//! (`HTTPS_PROXY` and its kin), when reqwest carries it, proxy and all. reqwest puts every
+//! request through layers a model round has no use for (its redirect layer alone prints the
+//! URL and parses it again, twice a request though redirects are off), about a tenth of a
+//! round's instructions against a fast server; what it adds for proxies is kept where it is
+//! needed. Both answer the same [`Received`], so everything after the headers is one path.
+//!
+//! Neither client has a per-chunk timeout (reqwest's `timeout` bounds the whole request, which would cut (its `timeout` bounds the whole request, which would cut
 //! off long replies that keep streaming), so the wait for the headers and for each next chunk
 //! is a `tokio::time::timeout` of our own. The cap counts raw body bytes as they arrive, before
 //! any decoding. SSE framing is our own linear-time parser (`sse.rs`: CRLF and CR line ends,
@@ -10,10 +17,17 @@
 
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::{Arc, OnceLock};
 
 use super::sse::{self, Event};
+use bytes::Bytes;
 use futures_util::stream::{self, Stream, StreamExt};
+use http_body_util::{BodyDataStream, Full};
+use hyper_util::client::legacy::Client as PooledClient;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::{TokioExecutor, TokioTimer};
 use reqwest::header::{ACCEPT, CONTENT_LENGTH, CONTENT_TYPE, HeaderMap, HeaderValue, USER_AGENT};
+use reqwest::{StatusCode, Version};
 use tokio::time::timeout;
 
 use super::error::{ModelError, OversizeKind, classify_http_failure};
@@ -23,14 +37,15 @@ use super::types::Reply;
 /// A boxed stream of decoded SSE events, failures already classified.
 pub(crate) type EventStream = Pin<Box<dyn Stream<Item = Result<Event, ModelError>> + Send>>;
 
-/// Build the HTTP client the providers share: rustls, no whole-request timeout (the receive
-/// timeout is ours), and a PromptForge user agent.
+/// The `User-Agent` every model request carries.
+const AGENT: HeaderValue =
+    HeaderValue::from_static(concat!("promptforge/", env!("CARGO_PKG_VERSION")));
+
+/// Build the reqwest client a proxied endpoint uses: rustls, no whole-request timeout (the
+/// receive timeout is ours), and a PromptForge user agent.
 pub(crate) fn build_client() -> Result<reqwest::Client, ModelError> {
     let mut headers = HeaderMap::new();
-    headers.insert(
-        USER_AGENT,
-        HeaderValue::from_static(concat!("promptforge/", env!("CARGO_PKG_VERSION"))),
-    );
+    headers.insert(USER_AGENT, AGENT);
     reqwest::Client::builder()
         .default_headers(headers)
         // A model endpoint's redirect is never followed: a 307 would re-send the whole
@@ -41,6 +56,101 @@ pub(crate) fn build_client() -> Result<reqwest::Client, ModelError> {
             detail: format!("could not set up the HTTP client: {}", error_chain(&e)),
         })
 }
+
+/// hyper's pooled client over rustls (HTTPS, HTTP/2 where the server offers it) or plain TCP.
+type DirectClient = PooledClient<hyper_rustls::HttpsConnector<HttpConnector>, Full<Bytes>>;
+
+/// The TLS settings of the direct client, as reqwest's `rustls-tls` has them: the webpki
+/// root certificates and the ring provider; built once a process.
+fn tls_config() -> Result<rustls::ClientConfig, ModelError> {
+    static CONFIG: OnceLock<Result<rustls::ClientConfig, String>> = OnceLock::new();
+    CONFIG
+        .get_or_init(|| {
+            let roots = rustls::RootCertStore {
+                roots: webpki_roots::TLS_SERVER_ROOTS.to_vec(),
+            };
+            rustls::ClientConfig::builder_with_provider(Arc::new(
+                rustls::crypto::ring::default_provider(),
+            ))
+            .with_safe_default_protocol_versions()
+            .map(|config| config.with_root_certificates(roots).with_no_client_auth())
+            .map_err(|e| e.to_string())
+        })
+        .clone()
+        .map_err(|e| ModelError::Transport {
+            detail: format!("could not set up the HTTP client: {e}"),
+        })
+}
+
+/// The direct client: TCP without Nagle's delay (a request is written whole), connections
+/// pooled and dropped after 90 idle seconds, as reqwest's defaults have them; redirects are
+/// never followed (hyper's client has no such layer).
+fn direct_client() -> Result<DirectClient, ModelError> {
+    let mut tcp = HttpConnector::new();
+    tcp.set_nodelay(true);
+    tcp.enforce_http(false);
+    let connector = hyper_rustls::HttpsConnectorBuilder::new()
+        .with_tls_config(tls_config()?)
+        .https_or_http()
+        .enable_http1()
+        .enable_http2()
+        .wrap_connector(tcp);
+    Ok(PooledClient::builder(TokioExecutor::new())
+        .pool_timer(TokioTimer::new())
+        .timer(TokioTimer::new())
+        .build(connector))
+}
+
+/// What carries an endpoint's rounds.
+#[derive(Debug)]
+enum Transport {
+    /// hyper's client (boxed: it is the larger by far), to the URL parsed once.
+    Direct {
+        client: Box<DirectClient>,
+        uri: http::Uri,
+    },
+    /// reqwest (a proxy applies to the URL, or hyper cannot take it as it is); the URL
+    /// parsed once, `None` when it does not parse, which the POST then reports.
+    Reqwest {
+        client: reqwest::Client,
+        parsed: Option<reqwest::Url>,
+    },
+}
+
+impl Transport {
+    /// The direct client when the URL is a plain `http`/`https` one no proxy applies to
+    /// (the proxy settings read as reqwest reads them), else reqwest.
+    fn for_url(url: &str) -> Result<Transport, ModelError> {
+        let direct = url.parse::<http::Uri>().ok().filter(|uri| {
+            matches!(uri.scheme_str(), Some("http" | "https"))
+                && uri.authority().is_some_and(|a| !a.as_str().contains('@'))
+                && hyper_util::client::proxy::matcher::Matcher::from_system()
+                    .intercept(uri)
+                    .is_none()
+        });
+        Ok(match direct {
+            Some(uri) => Transport::Direct {
+                client: Box::new(direct_client()?),
+                uri,
+            },
+            None => Transport::Reqwest {
+                client: build_client()?,
+                parsed: reqwest::Url::parse(url).ok(),
+            },
+        })
+    }
+}
+
+/// A reply's head, and its body as chunks (a failure already described).
+struct Received {
+    status: StatusCode,
+    version: Version,
+    headers: HeaderMap,
+    body: ByteStream,
+}
+
+/// A reply body's chunks.
+type ByteStream = Pin<Box<dyn Stream<Item = Result<Bytes, ModelError>> + Send>>;
 
 /// An error and its sources, joined with `: `.
 pub(crate) fn error_chain(err: &dyn std::error::Error) -> String {
@@ -57,10 +167,8 @@ pub(crate) fn error_chain(err: &dyn std::error::Error) -> String {
     text
 }
 
-fn transport(err: &reqwest::Error, url: &str, hint: &str) -> ModelError {
-    if err.is_timeout() {
-        return ModelError::Timeout;
-    }
+/// A failure to send a request or to read its reply, with the URL and the endpoint's hint.
+fn transport(err: &dyn std::error::Error, url: &str, hint: &str) -> ModelError {
     let mut detail = format!("POST {url}: {}", error_chain(err));
     if !hint.is_empty() {
         detail.push_str(" (");
@@ -81,11 +189,8 @@ pub(crate) fn key_header(text: &str) -> Result<HeaderValue, ModelError> {
 /// the URL, the limits, and the hint a transport failure ends with.
 #[derive(Debug)]
 pub(crate) struct Endpoint {
-    pub(crate) client: reqwest::Client,
+    transport: Transport,
     pub(crate) url: String,
-    /// `url` parsed once (a round would otherwise parse it again for every POST); `None`
-    /// when it does not parse, which the POST then reports.
-    parsed: Option<reqwest::Url>,
     pub(crate) limits: ModelLimits,
     pub(crate) hint: String,
 }
@@ -94,8 +199,7 @@ impl Endpoint {
     /// An endpoint at `url` with a fresh client and no hint.
     pub(crate) fn new(url: String, limits: ModelLimits) -> Result<Endpoint, ModelError> {
         Ok(Endpoint {
-            client: build_client()?,
-            parsed: reqwest::Url::parse(&url).ok(),
+            transport: Transport::for_url(&url)?,
             url,
             limits,
             hint: String::new(),
@@ -142,35 +246,20 @@ impl Endpoint {
         whole: WholeReply,
         observer: &dyn ReplyObserver,
     ) -> Result<EventStream, ModelError> {
-        let (client, url, limits, hint) = (
-            &self.client,
-            self.url.as_str(),
-            self.limits,
-            self.hint.as_str(),
-        );
+        let (url, limits) = (self.url.as_str(), self.limits);
         // A retry resends the same bytes without copying them.
         let mut attempt = 0;
         let response = loop {
-            let request = match &self.parsed {
-                Some(parsed) => client.post(parsed.clone()),
-                None => client.post(url),
-            };
-            let request = request
-                .headers(headers.clone())
-                .header(CONTENT_TYPE, "application/json")
-                .header(ACCEPT, "text/event-stream")
-                .body(body.clone());
             // Logs name the URL, the status and the timing, never a header or the body: keys
             // and prompt text stay out of them.
             let sent = std::time::Instant::now();
             tracing::info!(target: "promptforge::model", url, attempt, bytes = body.len(), "POST");
-            let response = match timeout(limits.receive_timeout, request.send()).await {
+            let response = match timeout(limits.receive_timeout, self.send(&headers, &body)).await {
                 Err(_elapsed) => {
                     tracing::warn!(target: "promptforge::model", url, elapsed_ms = sent.elapsed().as_millis() as u64, "no reply headers within the receive timeout");
                     return Err(ModelError::Timeout);
                 }
                 Ok(Err(err)) => {
-                    let err = transport(&err, url, hint);
                     if let ModelError::Transport { detail } = &err {
                         tracing::warn!(target: "promptforge::model", url, detail, "connection failed");
                     }
@@ -178,11 +267,11 @@ impl Endpoint {
                 }
                 Ok(Ok(response)) => response,
             };
-            let status = response.status().as_u16();
-            tracing::info!(target: "promptforge::model", url, status, version = ?response.version(), headers_ms = sent.elapsed().as_millis() as u64, "reply headers");
+            let status = response.status.as_u16();
+            tracing::info!(target: "promptforge::model", url, status, version = ?response.version, headers_ms = sent.elapsed().as_millis() as u64, "reply headers");
             if (status == 429 || status >= 500) && attempt < limits.retries {
-                let retry_after = retry_after(&response);
-                let err = read_error_reply(response, limits, url, hint, observer).await;
+                let retry_after = retry_after(&response.headers);
+                let err = read_error_reply(response, limits, observer).await;
                 // Only a rate limit or a server's own fault is worth sending again; an error
                 // reply too large to read is not.
                 if !matches!(
@@ -202,10 +291,10 @@ impl Endpoint {
             }
             break response;
         };
-        let status = response.status();
+        let status = response.status;
         if status.is_redirection() {
             let location = response
-                .headers()
+                .headers
                 .get(reqwest::header::LOCATION)
                 .and_then(|v| v.to_str().ok())
                 .unwrap_or("(no Location header)");
@@ -217,9 +306,9 @@ impl Endpoint {
             });
         }
         if !status.is_success() {
-            return Err(read_error_reply(response, limits, url, hint, observer).await);
+            return Err(read_error_reply(response, limits, observer).await);
         }
-        if let Some(kind) = response.headers().get(CONTENT_TYPE)
+        if let Some(kind) = response.headers.get(CONTENT_TYPE)
             && let Ok(kind) = kind.to_str()
             && kind
                 .trim_start()
@@ -229,22 +318,72 @@ impl Endpoint {
             // A server that ignores `stream: true` (some gateways do) answers with the whole
             // reply as one JSON document: read it under the same limits and replay it as the
             // events the provider's stream reader expects.
-            let body = read_body(response, limits, url, hint).await?;
+            let body = read_body(response.body, limits).await?;
             let value: serde_json::Value = serde_json::from_slice(&body)
                 .map_err(|_| ModelError::malformed("the reply is not valid JSON"))?;
             let events: Vec<Result<Event, ModelError>> =
                 whole(&value)?.into_iter().map(Ok).collect();
             return Ok(Box::pin(stream::iter(events)));
         }
-        let url = url.to_owned();
-        let hint = hint.to_owned();
-        let bytes = limited_chunks(
-            Box::pin(response.bytes_stream()),
-            limits,
-            OversizeKind::Stream,
-            move |e| transport(&e, &url, &hint),
-        );
+        let bytes = limited_chunks(response.body, limits, OversizeKind::Stream);
         Ok(Box::pin(sse::events(Box::pin(bytes))))
+    }
+
+    /// One POST of `body` with `headers`, to the reply's headers.
+    async fn send(&self, headers: &HeaderMap, body: &Bytes) -> Result<Received, ModelError> {
+        let (url, hint) = (self.url.as_str(), self.hint.as_str());
+        match &self.transport {
+            Transport::Direct { client, uri } => {
+                let mut request = http::Request::new(Full::new(body.clone()));
+                *request.method_mut() = http::Method::POST;
+                *request.uri_mut() = uri.clone();
+                let fields = request.headers_mut();
+                fields.clone_from(headers);
+                fields.insert(USER_AGENT, AGENT);
+                fields.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+                fields.insert(ACCEPT, HeaderValue::from_static("text/event-stream"));
+                let response = client
+                    .request(request)
+                    .await
+                    .map_err(|e| transport(&e, url, hint))?;
+                let (head, incoming) = response.into_parts();
+                let (url, hint) = (url.to_owned(), hint.to_owned());
+                let body = BodyDataStream::new(incoming)
+                    .map(move |chunk| chunk.map_err(|e| transport(&e, &url, &hint)));
+                Ok(Received {
+                    status: head.status,
+                    version: head.version,
+                    headers: head.headers,
+                    body: Box::pin(body),
+                })
+            }
+            Transport::Reqwest { client, parsed } => {
+                let request = match parsed {
+                    Some(parsed) => client.post(parsed.clone()),
+                    None => client.post(url),
+                };
+                let response = request
+                    .headers(headers.clone())
+                    .header(CONTENT_TYPE, "application/json")
+                    .header(ACCEPT, "text/event-stream")
+                    .body(body.clone())
+                    .send()
+                    .await
+                    .map_err(|e| transport(&e, url, hint))?;
+                let (status, version) = (response.status(), response.version());
+                let headers = response.headers().clone();
+                let (url, hint) = (url.to_owned(), hint.to_owned());
+                let body = response
+                    .bytes_stream()
+                    .map(move |chunk| chunk.map_err(|e| transport(&e, &url, &hint)));
+                Ok(Received {
+                    status,
+                    version,
+                    headers,
+                    body: Box::pin(body),
+                })
+            }
+        }
     }
 }
 
@@ -288,9 +427,8 @@ const BACKOFF_START: std::time::Duration = std::time::Duration::from_secs(1);
 const RETRY_AFTER_CAP: std::time::Duration = std::time::Duration::from_secs(60);
 
 /// A `Retry-After` header in seconds (the HTTP-date form is not used by model APIs), capped.
-fn retry_after(response: &reqwest::Response) -> Option<std::time::Duration> {
-    let seconds: f64 = response
-        .headers()
+fn retry_after(headers: &HeaderMap) -> Option<std::time::Duration> {
+    let seconds: f64 = headers
         .get(reqwest::header::RETRY_AFTER)?
         .to_str()
         .ok()?
@@ -305,20 +443,8 @@ fn retry_after(response: &reqwest::Response) -> Option<std::time::Duration> {
 pub(crate) type WholeReply = fn(&serde_json::Value) -> Result<Vec<Event>, ModelError>;
 
 /// Read a whole body under the receive timeout and the response cap.
-async fn read_body(
-    response: reqwest::Response,
-    limits: ModelLimits,
-    url: &str,
-    hint: &str,
-) -> Result<Vec<u8>, ModelError> {
-    let url = url.to_owned();
-    let hint = hint.to_owned();
-    let mut chunks = Box::pin(limited_chunks(
-        Box::pin(response.bytes_stream()),
-        limits,
-        OversizeKind::Body,
-        move |e| transport(&e, &url, &hint),
-    ));
+async fn read_body(body: ByteStream, limits: ModelLimits) -> Result<Vec<u8>, ModelError> {
+    let mut chunks = Box::pin(limited_chunks(body, limits, OversizeKind::Body));
     let mut body = Vec::new();
     while let Some(chunk) = chunks.next().await {
         body.extend_from_slice(&chunk?);
@@ -328,37 +454,27 @@ async fn read_body(
 
 /// A body stream with the per-chunk receive timeout and the response cap applied. The
 /// stream ends after its first error.
-fn limited_chunks<S, B, F>(
-    body: Pin<Box<S>>,
+fn limited_chunks(
+    body: ByteStream,
     limits: ModelLimits,
     oversize: OversizeKind,
-    on_error: F,
-) -> impl Stream<Item = Result<B, ModelError>> + Send + use<S, B, F>
-where
-    S: Stream<Item = Result<B, reqwest::Error>> + Send,
-    B: AsRef<[u8]> + Send,
-    F: Fn(reqwest::Error) -> ModelError + Send + Sync,
-{
-    let on_error = std::sync::Arc::new(on_error);
-    stream::unfold(Some((body, 0u64)), move |state| {
-        let on_error = std::sync::Arc::clone(&on_error);
-        async move {
-            let (mut body, seen) = state?;
-            match timeout(limits.receive_timeout, body.next()).await {
-                Err(_elapsed) => Some((Err(ModelError::Timeout), None)),
-                Ok(None) => None,
-                Ok(Some(Err(err))) => Some((Err(on_error(err)), None)),
-                Ok(Some(Ok(chunk))) => {
-                    let seen = seen.saturating_add(chunk.as_ref().len() as u64);
-                    if seen > limits.response_cap {
-                        let err = ModelError::ResponseTooLarge {
-                            limit: limits.response_cap,
-                            kind: oversize,
-                        };
-                        Some((Err(err), None))
-                    } else {
-                        Some((Ok(chunk), Some((body, seen))))
-                    }
+) -> impl Stream<Item = Result<Bytes, ModelError>> + Send {
+    stream::unfold(Some((body, 0u64)), move |state| async move {
+        let (mut body, seen) = state?;
+        match timeout(limits.receive_timeout, body.next()).await {
+            Err(_elapsed) => Some((Err(ModelError::Timeout), None)),
+            Ok(None) => None,
+            Ok(Some(Err(err))) => Some((Err(err), None)),
+            Ok(Some(Ok(chunk))) => {
+                let seen = seen.saturating_add(chunk.len() as u64);
+                if seen > limits.response_cap {
+                    let err = ModelError::ResponseTooLarge {
+                        limit: limits.response_cap,
+                        kind: oversize,
+                    };
+                    Some((Err(err), None))
+                } else {
+                    Some((Ok(chunk), Some((body, seen))))
                 }
             }
         }
@@ -368,15 +484,13 @@ where
 /// Read an error reply (capped, under the receive timeout) and classify it by status and
 /// body. An unreadable body is a transport failure; one over the cap is an oversized reply.
 async fn read_error_reply(
-    response: reqwest::Response,
+    response: Received,
     limits: ModelLimits,
-    url: &str,
-    hint: &str,
     observer: &dyn ReplyObserver,
 ) -> ModelError {
-    let status = response.status().as_u16();
+    let status = response.status.as_u16();
     let announced = response
-        .headers()
+        .headers
         .get(CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.trim().parse::<u64>().ok());
@@ -388,7 +502,7 @@ async fn read_error_reply(
             kind: OversizeKind::BodyOfLength { len },
         };
     }
-    let body = match read_body(response, limits, url, hint).await {
+    let body = match read_body(response.body, limits).await {
         Ok(body) => body,
         Err(ModelError::Transport { mut detail }) => {
             detail.push_str("; the error reply's body could not be read");
@@ -444,6 +558,41 @@ pub fn is_loopback(url: &url::Url) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn urls_hyper_cannot_take_as_they_are_go_to_reqwest() {
+        // Credentials in the URL (reqwest turns them into a header), another scheme, a URL
+        // that does not parse: each left to reqwest, which sends or reports as before.
+        for url in [
+            "http://user:secret@127.0.0.1:9/v1",
+            "ftp://127.0.0.1/v1",
+            "not a url",
+        ] {
+            let transport = Transport::for_url(url).unwrap();
+            assert!(matches!(transport, Transport::Reqwest { .. }), "{url}");
+        }
+    }
+
+    #[tokio::test]
+    async fn a_refused_connection_names_the_url_and_the_cause() {
+        // Port 1 on loopback: nothing listens (the direct client unless a proxy is set).
+        let mut endpoint =
+            Endpoint::new("http://127.0.0.1:1/v1".into(), ModelLimits::default()).unwrap();
+        endpoint.hint = "is the server running?".into();
+        let err = match endpoint.send(&HeaderMap::new(), &Bytes::new()).await {
+            Err(err) => err,
+            Ok(_) => panic!("port 1 answered"),
+        };
+        let ModelError::Transport { detail } = err else {
+            panic!("{err:?}");
+        };
+        assert!(
+            detail.starts_with("POST http://127.0.0.1:1/v1: "),
+            "{detail}"
+        );
+        assert!(detail.ends_with(" (is the server running?)"), "{detail}");
+        assert!(detail.to_lowercase().contains("connect"), "{detail}");
+    }
 
     #[test]
     fn loopback_hosts() {
