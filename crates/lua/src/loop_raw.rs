@@ -311,58 +311,95 @@ unsafe fn take(
     }
 }
 
-/// Reads an image word by word; a read past its end gives `None`, which no live word equals.
-struct Cursor<'a> {
-    image: &'a [Word],
-    at: usize,
+/// Whether the image word at `at` is `word` (a read past the image's end never is).
+#[inline(always)]
+fn word_is(image: &[Word], at: usize, word: Word) -> bool {
+    image.get(at) == Some(&word)
 }
 
-impl Cursor<'_> {
-    #[inline]
-    fn matches(&mut self, word: Word) -> bool {
-        let same = self.image.get(self.at) == Some(&word);
-        self.at += 1;
-        same
-    }
-
-    /// Whether `slot` is the next slot of the image (its tags and payloads).
-    #[inline]
-    fn matches_slot(&mut self, slot: Slot) -> bool {
-        self.matches(tags(slot))
-            && (!has_payload(slot.tag) || self.matches(slot.value))
-            && (!has_payload(slot.key_tag) || self.matches(slot.key))
-    }
-}
-
-/// Whether the table at `t` matches the image under `cursor`; advances the cursor past it.
+/// Whether the table at `t` matches the image from `at`: where its image ends if so.
+///
+/// Written out for speed (this is most of a long conversation's walk): the position travels
+/// in a register rather than behind a reference, and each part of the table is read with its
+/// own loop, its base pointer loaded once.
 ///
 /// # Safety
 /// As [`header`].
-unsafe fn same(t: *const RawTable, cursor: &mut Cursor<'_>) -> bool {
-    // SAFETY: the caller's contract; nested tables are reached through `t`'s own slots, and
-    // an equal slot names the table its image was taken from.
+unsafe fn same(t: *const RawTable, image: &[Word], at: usize) -> Option<usize> {
+    // SAFETY: the caller's contract; indices stay below the sizes the header gives, payloads
+    // are read only where their tags say one was stored, and nested tables are reached
+    // through `t`'s own slots (an equal slot names the table its image was taken from).
     unsafe {
         let (_, lsizenode, asize) = header(t);
-        if !cursor.matches(t as usize as Word) || !cursor.matches(shape(asize, lsizenode)) {
-            return false;
+        if !word_is(image, at, t as usize as Word)
+            || !word_is(image, at + 1, shape(asize, lsizenode))
+        {
+            return None;
         }
-        for k in 0..asize {
-            let slot = array_slot(t, k);
-            if !cursor.matches_slot(slot)
-                || (slot.tag == TABLE_TAG && !same(slot.value as usize as *const RawTable, cursor))
-            {
-                return false;
+        let mut at = at + 2;
+        if asize > 0 {
+            let array = std::ptr::addr_of!((*t).array).read();
+            let tags = array.cast::<u8>().add(std::mem::size_of::<c_uint>());
+            for k in 0..asize as usize {
+                let tag = tags.add(k).read();
+                if empty(tag) {
+                    if !word_is(image, at, 0) {
+                        return None;
+                    }
+                    at += 1;
+                    continue;
+                }
+                if !word_is(image, at, Word::from(tag)) {
+                    return None;
+                }
+                at += 1;
+                if has_payload(tag) {
+                    let value = array.sub(1 + k).read_unaligned();
+                    if !word_is(image, at, value) {
+                        return None;
+                    }
+                    at += 1;
+                    if tag == TABLE_TAG {
+                        at = same(value as usize as *const RawTable, image, at)?;
+                    }
+                }
             }
         }
+        let nodes = std::ptr::addr_of!((*t).node).read();
         for i in 0..1usize << lsizenode {
-            let slot = node_slot(t, i);
-            if !cursor.matches_slot(slot)
-                || (slot.tag == TABLE_TAG && !same(slot.value as usize as *const RawTable, cursor))
-            {
-                return false;
+            let node = nodes.add(i);
+            let tag = std::ptr::addr_of!((*node).tt).read();
+            if empty(tag) {
+                if !word_is(image, at, 0) {
+                    return None;
+                }
+                at += 1;
+                continue;
+            }
+            let key_tag = std::ptr::addr_of!((*node).key_tt).read();
+            if !word_is(image, at, Word::from(tag) | (Word::from(key_tag) << 8)) {
+                return None;
+            }
+            at += 1;
+            let mut value = 0;
+            if has_payload(tag) {
+                value = std::ptr::addr_of!((*node).value).read();
+                if !word_is(image, at, value) {
+                    return None;
+                }
+                at += 1;
+            }
+            if has_payload(key_tag) {
+                if !word_is(image, at, std::ptr::addr_of!((*node).key).read()) {
+                    return None;
+                }
+                at += 1;
+            }
+            if tag == TABLE_TAG {
+                at = same(value as usize as *const RawTable, image, at)?;
             }
         }
-        true
+        Some(at)
     }
 }
 
@@ -486,9 +523,8 @@ impl RawSnapshot {
                             .ok()
                             .and_then(|i| self.record(i))
                             .is_some_and(|held| {
-                                let mut cursor = Cursor { image: held, at: 0 };
-                                same(slot.value as usize as *const RawTable, &mut cursor)
-                                    && cursor.at == held.len()
+                                same(slot.value as usize as *const RawTable, held, 0)
+                                    == Some(held.len())
                             });
                     if reuse {
                         p = n;
