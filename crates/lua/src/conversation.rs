@@ -341,21 +341,22 @@ fn check_part(index: usize, part_index: usize, value: &Value) -> Result<ContentP
 
 /// One tool call: a table with a string `id`, a string `name`, and optional keyed `arguments`.
 fn check_call(index: usize, call_index: usize, value: &Value) -> Result<ToolCall, String> {
-    let prefix = format!("messages[{index}] tool_calls[{call_index}]");
+    // Written only for an error (a valid call, the usual case, pays nothing for it).
+    let prefix = || format!("messages[{index}] tool_calls[{call_index}]");
     let Some(fields) = table_fields(value) else {
-        return Err(format!("{prefix} must be a table"));
+        return Err(format!("{} must be a table", prefix()));
     };
     let Some(id) = string_field(fields, "id") else {
-        return Err(format!("{prefix} must set a string id"));
+        return Err(format!("{} must set a string id", prefix()));
     };
     let Some(name) = string_field(fields, "name") else {
-        return Err(format!("{prefix} must set a string name"));
+        return Err(format!("{} must set a string name", prefix()));
     };
     let arguments = match field(fields, "arguments") {
         None => Value::Object(Map::new()),
         Some(Value::Object(map)) => Value::Object(map.clone()),
         Some(Value::Array(items)) if items.is_empty() => Value::Object(Map::new()),
-        Some(_) => return Err(format!("{prefix} arguments must be a table")),
+        Some(_) => return Err(format!("{} arguments must be a table", prefix())),
     };
     Ok(ToolCall {
         id: id.to_owned(),

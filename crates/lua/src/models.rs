@@ -135,14 +135,19 @@ impl Handle {
 /// round's request, the precheck and the usage record: opaque to Lua, read in place by the
 /// Rust side (no table built and converted back for every round).
 #[derive(Debug, Clone)]
-pub(crate) struct RoundTarget(pub(crate) ModelTarget);
+pub(crate) struct RoundTarget(pub(crate) ModelTarget, String);
 
 impl UserData for RoundTarget {}
 
 impl RoundTarget {
+    pub(crate) fn new(target: ModelTarget) -> Self {
+        let key = format!("{}\u{0}{}", target.name, target.model_id);
+        RoundTarget(target, key)
+    }
+
     /// The key the usage memory files a round's usage under: the role and the model.
-    pub(crate) fn usage_key(&self) -> String {
-        format!("{}\u{0}{}", self.0.name, self.0.model_id)
+    pub(crate) fn usage_key(&self) -> &str {
+        &self.1
     }
 }
 

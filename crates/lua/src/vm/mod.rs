@@ -431,6 +431,9 @@ struct Shared {
     selection: Option<(String, Sampling)>,
     /// Provider-reported usage for the precheck (chapter 11).
     usage: UsageMemory,
+    /// The round target `round_model` last handed the shim: handed again while the section's
+    /// model stays the same, so a round builds no new userdata (nor its usage key).
+    last_target: Option<mlua::AnyUserData>,
     /// The last model reply a suspended call was answered with, as the Host sent it: the
     /// loop's checks of its tool calls and its usage read it here rather than converting the
     /// Lua copy back (the shim asks right after the round, before any prompt code runs).
@@ -575,6 +578,7 @@ impl SectionVm {
             models: cfg.models.clone(),
             selection: None,
             usage: UsageMemory::new(),
+            last_target: None,
             last_reply: None,
             nonce: cfg.nonce.clone(),
             jump: None,
@@ -1194,7 +1198,7 @@ fn loop_fits(shared: &Rc<RefCell<Shared>>, list: &LoopList, target: &Value) -> b
     };
     list.fits(
         &shared.borrow().usage,
-        &target.usage_key(),
+        target.usage_key(),
         target.0.context,
         target.0.max_tokens,
     )

@@ -75,13 +75,15 @@ fn loop_reply(call: Call<'_>) -> mlua::Result<MultiValue> {
     };
     let list = state.borrow::<LoopList>()?;
     let key = vm::round_target(&b)
-        .map(|t| t.usage_key())
+        .map(|t| t.usage_key().to_owned())
         .unwrap_or_default();
     let mut shared = s.borrow_mut();
     let reply = shared.last_reply.take();
+    // A reply without usage carries `null` (no error built to find that out).
     let usage = reply
         .as_ref()
         .and_then(|reply| reply.get("usage"))
+        .filter(|usage| !usage.is_null())
         .and_then(|usage| Usage::deserialize(usage).ok());
     shared.usage.record_round(list.composed(), &key, usage);
     match reply.as_ref().and_then(|r| r.get("tool_calls")) {

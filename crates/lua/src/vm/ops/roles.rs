@@ -102,9 +102,19 @@ fn round_model(call: Call<'_>) -> mlua::Result<MultiValue> {
         return (Value::Nil, Value::Nil, true).into_lua_multi(lua);
     }
     match models::round_handle(&st.models, models::as_handle(&a), st.selection.as_ref()) {
-        Some(handle) => lua
-            .create_userdata(RoundTarget(handle.target()))?
-            .into_lua_multi(lua),
+        Some(handle) => {
+            let target = handle.target();
+            drop(st);
+            let mut st = s.borrow_mut();
+            if let Some(last) = &st.last_target
+                && last.borrow::<RoundTarget>().is_ok_and(|t| t.0 == target)
+            {
+                return last.clone().into_lua_multi(lua);
+            }
+            let made = lua.create_userdata(RoundTarget::new(target))?;
+            st.last_target = Some(made.clone());
+            made.into_lua_multi(lua)
+        }
         None => (
             Value::Nil,
             format!(
