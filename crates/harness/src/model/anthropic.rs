@@ -25,7 +25,6 @@
 //! `content_filter`; others pass through.
 
 use std::collections::BTreeMap;
-use std::fmt;
 use std::sync::Arc;
 
 use futures_util::StreamExt;
@@ -33,9 +32,11 @@ use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
 use serde_json::{Map, Value, json};
 
 use super::error::{ModelError, classify_stream_error};
-use super::http::{Endpoint, EventStream, finish_stream, key_header, unencodable};
+use super::http::{
+    EventStream, HttpProvider, WholeReply, Wire, finish_stream, key_header, unencodable,
+};
 use super::openai::decode_arguments;
-use super::provider::{ModelFuture, ModelLimits, ModelProvider, ReplyObserver};
+use super::provider::ReplyObserver;
 use super::sse::Event;
 use super::types::{
     ChatRequest, Content, ContentPart, FinishReason, Message, ReasoningBlock, Reply,
@@ -75,80 +76,62 @@ impl Default for AnthropicOptions {
 /// signed thinking block. The provider replays the [`ReasoningBlock`]s the engine keeps on
 /// that assistant record; when that turn carries none, the request goes out with thinking
 /// disabled instead of being refused by the API.
-pub struct AnthropicProvider {
-    endpoint: Endpoint,
-    api_key: Option<String>,
+///
+/// `new` takes the API's base URL (such as `https://api.anthropic.com`; the provider appends
+/// `/v1/messages`, and a base that already ends in `/v1` is accepted).
+pub type AnthropicProvider = HttpProvider<Anthropic>;
+
+/// The Anthropic Messages wire: the settings.
+#[derive(Debug)]
+pub struct Anthropic {
     options: AnthropicOptions,
 }
 
-impl fmt::Debug for AnthropicProvider {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("AnthropicProvider")
-            .field("url", &self.endpoint.url)
-            .field("has_api_key", &self.api_key.is_some())
-            .field("options", &self.options)
-            .field("limits", &self.endpoint.limits)
-            .finish_non_exhaustive()
-    }
-}
+impl Wire for Anthropic {
+    const NAME: &'static str = "AnthropicProvider";
+    const WHOLE: WholeReply = whole_reply;
+    type Options = AnthropicOptions;
 
-impl AnthropicProvider {
-    /// A provider for the API at `base_url` (such as `https://api.anthropic.com`; the
-    /// provider appends `/v1/messages`, and a base that already ends in `/v1` is accepted).
-    pub fn new(
-        base_url: &str,
-        api_key: Option<String>,
-        options: AnthropicOptions,
-        limits: ModelLimits,
-    ) -> Result<Self, ModelError> {
+    fn new(options: AnthropicOptions) -> Self {
+        Anthropic { options }
+    }
+
+    fn options(&self) -> &AnthropicOptions {
+        &self.options
+    }
+
+    fn url(base_url: &str) -> String {
         let base = base_url.trim_end_matches('/');
         let base = base.strip_suffix("/v1").unwrap_or(base);
-        Ok(Self {
-            endpoint: Endpoint::new(format!("{base}/v1/messages"), limits)?,
-            api_key,
-            options,
-        })
+        format!("{base}/v1/messages")
     }
 
-    /// What a transport failure's detail should suggest checking.
-    pub fn with_hint(mut self, hint: impl Into<String>) -> Self {
-        self.endpoint.hint = hint.into();
-        self
-    }
-
-    /// The request body this provider sends for `request` (for logs and tests).
-    pub fn request_body(&self, request: &ChatRequest) -> Value {
-        request_body(request, &self.options)
-    }
-
-    /// One round: this provider's headers and body, sent through the shared endpoint.
-    async fn run(
-        &self,
-        request: &ChatRequest,
-        observer: &dyn ReplyObserver,
-    ) -> Result<Reply, ModelError> {
+    fn headers(&self, api_key: Option<&str>) -> Result<HeaderMap, ModelError> {
         let mut headers = HeaderMap::new();
         headers.insert(
             HeaderName::from_static("anthropic-version"),
             HeaderValue::from_static(ANTHROPIC_VERSION),
         );
-        if let Some(key) = &self.api_key {
+        if let Some(key) = api_key {
             headers.insert(HeaderName::from_static("x-api-key"), key_header(key)?);
         }
-        let body = serde_json::to_vec(&self.request_body(request)).map_err(unencodable)?;
-        self.endpoint
-            .round(headers, body.into(), whole_reply, observer, read_stream)
-            .await
+        Ok(headers)
     }
-}
 
-impl ModelProvider for AnthropicProvider {
-    fn stream<'a>(
-        &'a self,
-        request: &'a ChatRequest,
+    fn body(&self, request: &ChatRequest) -> Result<bytes::Bytes, ModelError> {
+        let body = serde_json::to_vec(&self.request_body(request)).map_err(unencodable)?;
+        Ok(body.into())
+    }
+
+    fn request_body(&self, request: &ChatRequest) -> Value {
+        request_body(request, &self.options)
+    }
+
+    fn read<'a>(
+        events: EventStream,
         observer: &'a dyn ReplyObserver,
-    ) -> ModelFuture<'a> {
-        Box::pin(self.run(request, observer))
+    ) -> impl Future<Output = Result<Reply, ModelError>> + Send + 'a {
+        read_stream(events, observer)
     }
 }
 

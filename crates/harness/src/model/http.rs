@@ -31,11 +31,11 @@ use reqwest::{StatusCode, Version};
 use tokio::time::timeout;
 
 use super::error::{ModelError, OversizeKind, classify_http_failure};
-use super::provider::{ModelLimits, ReplyObserver};
-use super::types::Reply;
+use super::provider::{ModelFuture, ModelLimits, ModelProvider, ReplyObserver};
+use super::types::{ChatRequest, Reply};
 
 /// A boxed stream of decoded SSE events, failures already classified.
-pub(crate) type EventStream = Pin<Box<dyn Stream<Item = Result<Event, ModelError>> + Send>>;
+pub type EventStream = Pin<Box<dyn Stream<Item = Result<Event, ModelError>> + Send>>;
 
 /// The `User-Agent` every model request carries.
 const AGENT: HeaderValue =
@@ -138,6 +138,107 @@ impl Transport {
                 parsed: reqwest::Url::parse(url).ok(),
             },
         })
+    }
+}
+
+/// What one model API adds to the shared HTTP round: its endpoint's URL, a round's headers
+/// and body, and how its reply reads. One implementation per API (`openai.rs`,
+/// `anthropic.rs`); [`HttpProvider`] is everything else, once.
+pub trait Wire: Send + Sync + 'static {
+    /// The provider's name in `Debug` output.
+    const NAME: &'static str;
+    /// A whole (non-streamed) reply as the events its stream would have held.
+    const WHOLE: WholeReply;
+    /// The API's settings.
+    type Options: std::fmt::Debug + Send + Sync;
+
+    /// The wire's state for these settings.
+    fn new(options: Self::Options) -> Self;
+    /// The settings it was made with.
+    fn options(&self) -> &Self::Options;
+    /// The endpoint's URL for the base URL a model entry names.
+    fn url(base_url: &str) -> String;
+    /// A round's headers, the API key (when given) as this API carries it.
+    fn headers(&self, api_key: Option<&str>) -> Result<HeaderMap, ModelError>;
+    /// A round's body.
+    fn body(&self, request: &ChatRequest) -> Result<Bytes, ModelError>;
+    /// The body as JSON (for logs and tests).
+    fn request_body(&self, request: &ChatRequest) -> serde_json::Value;
+    /// Reads a streamed reply's events into the reply.
+    fn read<'a>(
+        events: EventStream,
+        observer: &'a dyn ReplyObserver,
+    ) -> impl Future<Output = Result<Reply, ModelError>> + Send + 'a;
+}
+
+/// A model provider over HTTP: an [`Endpoint`], the API key, and the API's [`Wire`].
+pub struct HttpProvider<W> {
+    endpoint: Endpoint,
+    api_key: Option<String>,
+    wire: W,
+}
+
+impl<W: Wire> std::fmt::Debug for HttpProvider<W> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // The key stays out of logs.
+        f.debug_struct(W::NAME)
+            .field("url", &self.endpoint.url)
+            .field("has_api_key", &self.api_key.is_some())
+            .field("options", self.wire.options())
+            .field("limits", &self.endpoint.limits)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<W: Wire> HttpProvider<W> {
+    /// A provider for the API at `base_url` (each API's alias says what part of the URL that
+    /// is), sending `api_key` as the API expects when given.
+    pub fn new(
+        base_url: &str,
+        api_key: Option<String>,
+        options: W::Options,
+        limits: ModelLimits,
+    ) -> Result<Self, ModelError> {
+        Ok(Self {
+            endpoint: Endpoint::new(W::url(base_url), limits)?,
+            api_key,
+            wire: W::new(options),
+        })
+    }
+
+    /// What a transport failure's detail should suggest checking (the catalog names the
+    /// setting the base URL came from).
+    pub fn with_hint(mut self, hint: impl Into<String>) -> Self {
+        self.endpoint.hint = hint.into();
+        self
+    }
+
+    /// The request body this provider sends for `request` (for logs and tests).
+    pub fn request_body(&self, request: &ChatRequest) -> serde_json::Value {
+        self.wire.request_body(request)
+    }
+
+    /// One round: the API's headers and body, sent through the endpoint.
+    async fn run(
+        &self,
+        request: &ChatRequest,
+        observer: &dyn ReplyObserver,
+    ) -> Result<Reply, ModelError> {
+        let headers = self.wire.headers(self.api_key.as_deref())?;
+        let body = self.wire.body(request)?;
+        self.endpoint
+            .round(headers, body, W::WHOLE, observer, W::read)
+            .await
+    }
+}
+
+impl<W: Wire> ModelProvider for HttpProvider<W> {
+    fn stream<'a>(
+        &'a self,
+        request: &'a ChatRequest,
+        observer: &'a dyn ReplyObserver,
+    ) -> ModelFuture<'a> {
+        Box::pin(self.run(request, observer))
     }
 }
 
@@ -440,7 +541,7 @@ fn retry_after(headers: &HeaderMap) -> Option<std::time::Duration> {
 }
 
 /// Turns a whole (non-streamed) reply document into the events its stream would have held.
-pub(crate) type WholeReply = fn(&serde_json::Value) -> Result<Vec<Event>, ModelError>;
+pub type WholeReply = fn(&serde_json::Value) -> Result<Vec<Event>, ModelError>;
 
 /// Read a whole body under the receive timeout and the response cap.
 async fn read_body(body: ByteStream, limits: ModelLimits) -> Result<Vec<u8>, ModelError> {

@@ -19,7 +19,6 @@
 //! finish reason comes from `choices[0].finish_reason` and usage from the chunk that carries
 //! `usage`. A stream that ends with neither `[DONE]` nor a finish reason is truncated.
 
-use std::fmt;
 use std::sync::{Arc, Mutex};
 
 use futures_util::StreamExt;
@@ -29,8 +28,10 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
 
 use super::error::{ModelError, classify_stream_error};
-use super::http::{Endpoint, EventStream, finish_stream, key_header, unencodable};
-use super::provider::{ModelFuture, ModelLimits, ModelProvider, ReplyObserver};
+use super::http::{
+    EventStream, HttpProvider, WholeReply, Wire, finish_stream, key_header, unencodable,
+};
+use super::provider::ReplyObserver;
 use super::sse::Event;
 use super::types::{
     ChatRequest, FinishReason, Message, ReasoningBlock, Reply, ThinkingSwitch, ToolCall, ToolSpec,
@@ -93,87 +94,63 @@ impl Default for OpenAiOptions {
     }
 }
 
-/// A provider speaking OpenAI-compatible chat completions.
-pub struct OpenAiProvider {
-    endpoint: Endpoint,
-    api_key: Option<String>,
+/// A provider speaking OpenAI-compatible chat completions: `new` takes the server's base URL
+/// (the part before `/chat/completions`, such as `https://api.openai.com/v1`) and sends the
+/// API key as a bearer token when given.
+pub type OpenAiProvider = HttpProvider<OpenAi>;
+
+/// The OpenAI chat-completions wire: the settings, and the records' wire forms shared by
+/// every round the provider sends.
+#[derive(Debug)]
+pub struct OpenAi {
     options: OpenAiOptions,
-    /// The records' wire forms, shared by every round this provider sends.
-    wire: Mutex<WireCache>,
+    cache: Mutex<WireCache>,
 }
 
-impl fmt::Debug for OpenAiProvider {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        // The key stays out of logs.
-        f.debug_struct("OpenAiProvider")
-            .field("url", &self.endpoint.url)
-            .field("has_api_key", &self.api_key.is_some())
-            .field("options", &self.options)
-            .field("limits", &self.endpoint.limits)
-            .finish_non_exhaustive()
-    }
-}
+impl Wire for OpenAi {
+    const NAME: &'static str = "OpenAiProvider";
+    const WHOLE: WholeReply = whole_reply;
+    type Options = OpenAiOptions;
 
-impl OpenAiProvider {
-    /// A provider for the server at `base_url` (the part before `/chat/completions`, such as
-    /// `https://api.openai.com/v1`), sending `api_key` as a bearer token when given.
-    pub fn new(
-        base_url: &str,
-        api_key: Option<String>,
-        options: OpenAiOptions,
-        limits: ModelLimits,
-    ) -> Result<Self, ModelError> {
-        Ok(Self {
-            endpoint: Endpoint::new(
-                format!("{}/chat/completions", base_url.trim_end_matches('/')),
-                limits,
-            )?,
-            api_key,
+    fn new(options: OpenAiOptions) -> Self {
+        OpenAi {
             options,
-            wire: Mutex::new(WireCache::default()),
-        })
+            cache: Mutex::new(WireCache::default()),
+        }
     }
 
-    /// What a transport failure's detail should suggest checking (the catalog names the
-    /// setting the base URL came from).
-    pub fn with_hint(mut self, hint: impl Into<String>) -> Self {
-        self.endpoint.hint = hint.into();
-        self
+    fn options(&self) -> &OpenAiOptions {
+        &self.options
     }
 
-    /// The request body this provider sends for `request` (for logs and tests).
-    pub fn request_body(&self, request: &ChatRequest) -> Value {
+    fn url(base_url: &str) -> String {
+        format!("{}/chat/completions", base_url.trim_end_matches('/'))
+    }
+
+    fn headers(&self, api_key: Option<&str>) -> Result<HeaderMap, ModelError> {
+        let mut headers = HeaderMap::new();
+        if let Some(key) = api_key {
+            headers.insert(AUTHORIZATION, key_header(&format!("Bearer {key}"))?);
+        }
+        Ok(headers)
+    }
+
+    fn body(&self, request: &ChatRequest) -> Result<bytes::Bytes, ModelError> {
+        self.cache
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .body(request, &self.options)
+    }
+
+    fn request_body(&self, request: &ChatRequest) -> Value {
         request_body(request, &self.options)
     }
 
-    /// One round: this provider's headers and body, sent through the shared endpoint.
-    async fn run(
-        &self,
-        request: &ChatRequest,
-        observer: &dyn ReplyObserver,
-    ) -> Result<Reply, ModelError> {
-        let mut headers = HeaderMap::new();
-        if let Some(key) = &self.api_key {
-            headers.insert(AUTHORIZATION, key_header(&format!("Bearer {key}"))?);
-        }
-        let body = self
-            .wire
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .body(request, &self.options)?;
-        self.endpoint
-            .round(headers, body, whole_reply, observer, read_stream)
-            .await
-    }
-}
-
-impl ModelProvider for OpenAiProvider {
-    fn stream<'a>(
-        &'a self,
-        request: &'a ChatRequest,
+    fn read<'a>(
+        events: EventStream,
         observer: &'a dyn ReplyObserver,
-    ) -> ModelFuture<'a> {
-        Box::pin(self.run(request, observer))
+    ) -> impl Future<Output = Result<Reply, ModelError>> + Send + 'a {
+        read_stream(events, observer)
     }
 }
 

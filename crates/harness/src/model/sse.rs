@@ -11,7 +11,7 @@ use super::error::ModelError;
 
 /// One dispatched event.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub(crate) struct Event {
+pub struct Event {
     /// The `event:` field (empty when the event named none).
     pub(crate) event: String,
     /// The `data:` lines, joined with `\n`.
