@@ -205,6 +205,15 @@ impl HostRuntime {
         F::Output: Send + 'static,
     {
         match self {
+            // From the Host loop, between its waits, a task spawned straight onto the runtime
+            // goes through its shared queue and wakes the driver with a system call (one a
+            // round); spawned from inside the runtime's own `block_on` (a future that is ready
+            // at once, polled before any task runs) it joins the local queue.
+            HostRuntime::Own(runtime) if tokio::runtime::Handle::try_current().is_err() => {
+                // The task's handle is the point: it is returned, not awaited.
+                #[allow(clippy::async_yields_async)]
+                runtime.block_on(async move { tokio::spawn(future) })
+            }
             HostRuntime::Own(runtime) => runtime.spawn(future),
             HostRuntime::Shared(handle) => handle.spawn(future),
         }
