@@ -9,10 +9,10 @@
 //! round's instructions against a fast server; what it adds for proxies is kept where it is
 //! needed. Both answer the same [`Received`], so everything after the headers is one path.
 //!
-//! Neither client has a per-chunk timeout (reqwest's `timeout` bounds the whole request, which would cut (its `timeout` bounds the whole request, which would cut
-//! off long replies that keep streaming), so the wait for the headers and for each next chunk
-//! is a `tokio::time::timeout` of our own. The cap counts raw body bytes as they arrive, before
-//! any decoding. SSE framing is our own linear-time parser (`sse.rs`: CRLF and CR line ends,
+//! Neither client has a per-chunk timeout (reqwest's `timeout` bounds the whole request, which
+//! would cut off long replies that keep streaming), so the wait for the headers and for each
+//! next chunk is a `tokio::time::timeout` of our own. The cap counts raw body bytes as they
+//! arrive, before any decoding. SSE framing is our own linear-time parser (`sse.rs`: CRLF and CR line ends,
 //! events split across chunks, multi-line `data:`, comments, a leading BOM).
 
 use std::future::Future;
