@@ -253,6 +253,26 @@ struct Received {
 /// A reply body's chunks.
 type ByteStream = Pin<Box<dyn Stream<Item = Result<Bytes, ModelError>> + Send>>;
 
+impl Received {
+    /// A reply's head and body as either client gives them, a failure reading the body
+    /// described as a transport failure of `url`.
+    fn new<E: std::error::Error + 'static>(
+        (status, version, headers): (StatusCode, Version, HeaderMap),
+        body: impl Stream<Item = Result<Bytes, E>> + Send + 'static,
+        url: &str,
+        hint: &str,
+    ) -> Received {
+        let (url, hint) = (url.to_owned(), hint.to_owned());
+        let body = body.map(move |chunk| chunk.map_err(|e| transport(&e, &url, &hint)));
+        Received {
+            status,
+            version,
+            headers,
+            body: Box::pin(body),
+        }
+    }
+}
+
 /// An error and its sources, joined with `: `.
 pub(crate) fn error_chain(err: &dyn std::error::Error) -> String {
     let mut text = err.to_string();
@@ -268,8 +288,17 @@ pub(crate) fn error_chain(err: &dyn std::error::Error) -> String {
     text
 }
 
-/// A failure to send a request or to read its reply, with the URL and the endpoint's hint.
-fn transport(err: &dyn std::error::Error, url: &str, hint: &str) -> ModelError {
+/// A failure to send a request or to read its reply, with the URL and the endpoint's hint;
+/// one the system timed out (a connect that got no answer) is a timeout, as reqwest counts
+/// it (the clients set no timers of their own, so this is the only timeout in the chain).
+fn transport(err: &(dyn std::error::Error + 'static), url: &str, hint: &str) -> ModelError {
+    let timed_out = std::iter::successors(Some(err), |e| e.source()).any(|e| {
+        e.downcast_ref::<std::io::Error>()
+            .is_some_and(|io| io.kind() == std::io::ErrorKind::TimedOut)
+    });
+    if timed_out {
+        return ModelError::Timeout;
+    }
     let mut detail = format!("POST {url}: {}", error_chain(err));
     if !hint.is_empty() {
         detail.push_str(" (");
@@ -448,15 +477,12 @@ impl Endpoint {
                     .await
                     .map_err(|e| transport(&e, url, hint))?;
                 let (head, incoming) = response.into_parts();
-                let (url, hint) = (url.to_owned(), hint.to_owned());
-                let body = BodyDataStream::new(incoming)
-                    .map(move |chunk| chunk.map_err(|e| transport(&e, &url, &hint)));
-                Ok(Received {
-                    status: head.status,
-                    version: head.version,
-                    headers: head.headers,
-                    body: Box::pin(body),
-                })
+                Ok(Received::new(
+                    (head.status, head.version, head.headers),
+                    BodyDataStream::new(incoming),
+                    url,
+                    hint,
+                ))
             }
             Transport::Reqwest { client, parsed } => {
                 let request = match parsed {
@@ -471,18 +497,12 @@ impl Endpoint {
                     .send()
                     .await
                     .map_err(|e| transport(&e, url, hint))?;
-                let (status, version) = (response.status(), response.version());
-                let headers = response.headers().clone();
-                let (url, hint) = (url.to_owned(), hint.to_owned());
-                let body = response
-                    .bytes_stream()
-                    .map(move |chunk| chunk.map_err(|e| transport(&e, &url, &hint)));
-                Ok(Received {
-                    status,
-                    version,
-                    headers,
-                    body: Box::pin(body),
-                })
+                let head = (
+                    response.status(),
+                    response.version(),
+                    response.headers().clone(),
+                );
+                Ok(Received::new(head, response.bytes_stream(), url, hint))
             }
         }
     }
@@ -672,6 +692,34 @@ mod tests {
             let transport = Transport::for_url(url).unwrap();
             assert!(matches!(transport, Transport::Reqwest { .. }), "{url}");
         }
+    }
+
+    #[test]
+    fn a_timed_out_connection_is_a_timeout() {
+        // The system's own timeout somewhere down the chain, as a connect that got no answer
+        // reports it; anything else is a transport failure.
+        #[derive(Debug)]
+        struct Wrapped(std::io::Error);
+        impl std::fmt::Display for Wrapped {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("client error (Connect)")
+            }
+        }
+        impl std::error::Error for Wrapped {
+            fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+                Some(&self.0)
+            }
+        }
+        let timed_out = Wrapped(std::io::Error::from(std::io::ErrorKind::TimedOut));
+        assert!(matches!(
+            transport(&timed_out, "http://h/v1", ""),
+            ModelError::Timeout
+        ));
+        let refused = Wrapped(std::io::Error::from(std::io::ErrorKind::ConnectionRefused));
+        assert!(matches!(
+            transport(&refused, "http://h/v1", ""),
+            ModelError::Transport { .. }
+        ));
     }
 
     #[tokio::test]
