@@ -317,18 +317,32 @@ fn word_is(image: &[Word], at: usize, word: Word) -> bool {
     image.get(at) == Some(&word)
 }
 
-/// Whether the table at `t` matches the image from `at`: where its image ends if so.
-///
-/// Written out for speed (this is most of a long conversation's walk): the position travels
-/// in a register rather than behind a reference, and each part of the table is read with its
-/// own loop, its base pointer loaded once.
+/// Where `slot`'s image ends, if the image from `at` is `slot` (its tags, then the payloads
+/// they say exist): the comparison [`take`] writes the image for.
+#[inline(always)]
+fn slot_is(image: &[Word], mut at: usize, slot: Slot) -> Option<usize> {
+    word_is(image, at, tags(slot)).then_some(())?;
+    at += 1;
+    if has_payload(slot.tag) {
+        word_is(image, at, slot.value).then_some(())?;
+        at += 1;
+    }
+    if has_payload(slot.key_tag) {
+        word_is(image, at, slot.key).then_some(())?;
+        at += 1;
+    }
+    Some(at)
+}
+
+/// Whether the table at `t` matches the image from `at`: where its image ends if so. Reads
+/// the table as [`take`] does, slot by slot; the position travels in a register rather than
+/// behind a reference.
 ///
 /// # Safety
 /// As [`header`].
 unsafe fn same(t: *const RawTable, image: &[Word], at: usize) -> Option<usize> {
-    // SAFETY: the caller's contract; indices stay below the sizes the header gives, payloads
-    // are read only where their tags say one was stored, and nested tables are reached
-    // through `t`'s own slots (an equal slot names the table its image was taken from).
+    // SAFETY: the caller's contract; nested tables are reached through `t`'s own slots, and
+    // an equal slot names the table its image was taken from.
     unsafe {
         let (_, lsizenode, asize) = header(t);
         if !word_is(image, at, t as usize as Word)
@@ -336,68 +350,22 @@ unsafe fn same(t: *const RawTable, image: &[Word], at: usize) -> Option<usize> {
         {
             return None;
         }
+        // One slot and, when it holds a table, that table's image after it.
+        let step = |at: usize, slot: Slot| -> Option<usize> {
+            let at = slot_is(image, at, slot)?;
+            if slot.tag == TABLE_TAG {
+                same(slot.value as usize as *const RawTable, image, at)
+            } else {
+                Some(at)
+            }
+        };
+        // The array part, then the nodes: `slot`'s order, a loop for each.
         let mut at = at + 2;
-        if asize > 0 {
-            let array = std::ptr::addr_of!((*t).array).read();
-            let tags = array.cast::<u8>().add(std::mem::size_of::<c_uint>());
-            for k in 0..asize as usize {
-                let tag = tags.add(k).read();
-                if empty(tag) {
-                    if !word_is(image, at, 0) {
-                        return None;
-                    }
-                    at += 1;
-                    continue;
-                }
-                if !word_is(image, at, Word::from(tag)) {
-                    return None;
-                }
-                at += 1;
-                if has_payload(tag) {
-                    let value = array.sub(1 + k).read_unaligned();
-                    if !word_is(image, at, value) {
-                        return None;
-                    }
-                    at += 1;
-                    if tag == TABLE_TAG {
-                        at = same(value as usize as *const RawTable, image, at)?;
-                    }
-                }
-            }
+        for k in 0..asize {
+            at = step(at, array_slot(t, k))?;
         }
-        let nodes = std::ptr::addr_of!((*t).node).read();
         for i in 0..1usize << lsizenode {
-            let node = nodes.add(i);
-            let tag = std::ptr::addr_of!((*node).tt).read();
-            if empty(tag) {
-                if !word_is(image, at, 0) {
-                    return None;
-                }
-                at += 1;
-                continue;
-            }
-            let key_tag = std::ptr::addr_of!((*node).key_tt).read();
-            if !word_is(image, at, Word::from(tag) | (Word::from(key_tag) << 8)) {
-                return None;
-            }
-            at += 1;
-            let mut value = 0;
-            if has_payload(tag) {
-                value = std::ptr::addr_of!((*node).value).read();
-                if !word_is(image, at, value) {
-                    return None;
-                }
-                at += 1;
-            }
-            if has_payload(key_tag) {
-                if !word_is(image, at, std::ptr::addr_of!((*node).key).read()) {
-                    return None;
-                }
-                at += 1;
-            }
-            if tag == TABLE_TAG {
-                at = same(value as usize as *const RawTable, image, at)?;
-            }
+            at = step(at, node_slot(t, i))?;
         }
         Some(at)
     }
