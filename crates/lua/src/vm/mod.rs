@@ -61,6 +61,7 @@ pub(crate) fn beyond_ceiling<T>(
     }
     Ok(built)
 }
+
 /// Default log checkpoints per section VM.
 pub const DEFAULT_LOG_EVENTS: u32 = 1024;
 /// Log bytes allowed per allowed checkpoint.

@@ -74,9 +74,8 @@ fn loop_reply(call: Call<'_>) -> mlua::Result<MultiValue> {
         return Ok(MultiValue::new());
     };
     let list = state.borrow::<LoopList>()?;
-    let key = vm::round_target(&b)
-        .map(|t| t.usage_key().to_owned())
-        .unwrap_or_default();
+    let target = vm::round_target(&b);
+    let key = target.as_ref().map_or("", |t| t.usage_key());
     let mut shared = s.borrow_mut();
     let reply = shared.last_reply.take();
     // A reply without usage carries `null` (no error built to find that out).
@@ -85,7 +84,7 @@ fn loop_reply(call: Call<'_>) -> mlua::Result<MultiValue> {
         .and_then(|reply| reply.get("usage"))
         .filter(|usage| !usage.is_null())
         .and_then(|usage| Usage::deserialize(usage).ok());
-    shared.usage.record_round(list.composed(), &key, usage);
+    shared.usage.record_round(list.composed(), key, usage);
     match reply.as_ref().and_then(|r| r.get("tool_calls")) {
         Some(calls) => match check_calls(calls) {
             Ok(()) => Ok(MultiValue::new()),
